@@ -1,0 +1,57 @@
+"""Shared by the oracle programs: import path, inputs, the float64 reference, result files."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))
+
+import torch  # noqa: E402
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def make_qkv(b: int, h: int, s: int, d: int, dtype: str, seed: int, layout: str = "bhsd"):
+    """Fresh random inputs (never zeros). layout 'bshd' gives SDPA-shaped views with non-trivial strides."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    shape = (b, s, h, d) if layout == "bshd" else (b, h, s, d)
+    qkv = [torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(DTYPES[dtype])
+           for _ in range(3)]
+    if layout == "bshd":
+        qkv = [t.transpose(1, 2) for t in qkv]
+    return qkv
+
+
+def reference(q, k, v, causal: bool, scale: float) -> torch.Tensor:
+    """Attention in float64 (the ground truth)."""
+    q64, k64, v64 = (t.to(torch.float64) for t in (q, k, v))
+    scores = torch.matmul(q64, k64.transpose(-1, -2)) * scale
+    if causal:
+        s = q.shape[-2]
+        mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v64)
+
+
+def torch_same_precision(q, k, v, causal: bool, scale: float) -> torch.Tensor:
+    """PyTorch's own attention in the inputs' precision (the error yardstick of the bound)."""
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
+def default_scale(d: int) -> float:
+    return 1.0 / math.sqrt(d)
+
+
+def write_result(path: str, obj) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+def cuda_error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"

@@ -1,0 +1,90 @@
+"""Correctness oracle: every shape x config of one variant against a float64 reference.
+
+Bound (flash-attention's rule): max |out - ref| <= 2 * max |torch_out - ref| + floor,
+where torch_out is PyTorch's own attention in the same precision and floor is
+twice the rounding error of the reference itself in the output dtype. NaN/Inf
+always fails. The output buffer is poisoned with NaN before every call, so an
+element the kernel never writes is caught. Inputs are fresh random per trial.
+
+    python oracles/correctness.py --variant wmma --out results.json [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from common import DTYPES, default_scale, make_qkv, reference, torch, torch_same_precision, write_result
+
+from evpack import registry
+from evpack.api import _extension, check_inputs
+from evpack.binary import loaded_binary
+
+SEQ_LENS = (1, 17, 63, 64, 65, 127, 512, 1000, 2048)
+SMALL_BH = ((1, 1), (2, 3))
+LARGE_BH = (8, 16)
+LARGE_BH_SEQ = (65, 512, 1000)
+SEEDS = (0, 1)
+
+
+def shape_grid(quick: bool):
+    seqs = (17, 64, 65, 512) if quick else SEQ_LENS
+    seeds = SEEDS[:1] if quick else SEEDS
+    for dtype in DTYPES:
+        for d in registry.HEAD_DIMS:
+            for causal in (False, True):
+                for seed in seeds:
+                    for s in seqs:
+                        for b, h in SMALL_BH:
+                            # one layout in four goes through strided (B, S, H, D) views
+                            layout = "bshd" if (s + b) % 4 == 1 else "bhsd"
+                            yield dict(B=b, H=h, S=s, D=d, dtype=dtype, causal=causal, seed=seed, layout=layout)
+                    if not quick:
+                        for s in LARGE_BH_SEQ:
+                            yield dict(B=LARGE_BH[0], H=LARGE_BH[1], S=s, D=d, dtype=dtype, causal=causal,
+                                       seed=seed + 100, layout="bhsd")
+
+
+def check_one(var, cfg, shape) -> dict:
+    q, k, v = make_qkv(shape["B"], shape["H"], shape["S"], shape["D"], shape["dtype"], shape["seed"],
+                       shape["layout"])
+    scale = default_scale(shape["D"])
+    ref = reference(q, k, v, shape["causal"], scale)
+    pt_err = (torch_same_precision(q, k, v, shape["causal"], scale).double() - ref).abs().max().item()
+    floor = 2 * (ref.to(DTYPES[shape["dtype"]]).double() - ref).abs().max().item()
+    check_inputs(q, k, v, scale=scale, variant=var.name, config=cfg.name, include_canaries=True)
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)  # poisoned
+    _extension(var.name).forward(q, k, v, out, shape["causal"], scale, var.name, cfg.name,
+                                 torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    finite = bool(torch.isfinite(out).all().item())
+    nonfinite = int((~torch.isfinite(out)).sum().item())
+    err = (out.double() - ref).abs().max().item() if finite else float("inf")
+    bound = 2 * pt_err + floor
+    return dict(variant=var.name, config=cfg.name, **shape, scale=scale, max_err=err, torch_err=pt_err,
+                floor=floor, bound=bound, margin=bound - err, nonfinite=nonfinite,
+                passed=bool(finite and err <= bound))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variant", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true", help="a reduced grid (canaries)")
+    args = ap.parse_args()
+    var = registry.get(args.variant, include_canaries=True)
+    rows, t0 = [], time.monotonic()
+    for shape in shape_grid(args.quick):
+        if shape["dtype"] not in var.dtypes or shape["D"] not in var.head_dims:
+            continue
+        for cfg in var.configs:
+            rows.append(check_one(var, cfg, shape))
+    failed = sum(not r["passed"] for r in rows)
+    write_result(args.out, {"variant": var.name, "rows": rows, "elapsed_s": round(time.monotonic() - t0, 2),
+                            "binary": loaded_binary(_extension(var.name).__name__)})
+    print(f"correctness {var.name}: {len(rows) - failed}/{len(rows)} cases within bound "
+          f"({time.monotonic() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""What compute-sanitizer runs: one variant x config over small shapes that still cover tails.
+
+S = 17 and 65 are not multiples of any tile; both dtypes, both head dims, causal
+and not. Outputs are checked for NaN so a silent fault is visible in the log
+too. Run with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so every tensor is its own
+allocation and out-of-bounds accesses cannot land in cached memory.
+
+    compute-sanitizer --tool memcheck python oracles/sanitize_target.py --variant wmma --config m64n64w4s1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from common import make_qkv, torch
+
+from evpack import registry
+from evpack.api import _extension, run_kernel
+from evpack.binary import loaded_binary
+
+SEQS = (17, 65)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variant", required=True)
+    ap.add_argument("--config", default=None)
+    ap.add_argument("--binary-out", default=None)
+    args = ap.parse_args()
+    var = registry.get(args.variant, include_canaries=True)
+    calls = 0
+    for dtype in var.dtypes:
+        for d in var.head_dims:
+            for s in SEQS:
+                for causal in (False, True):
+                    q, k, v = make_qkv(1, 2, s, d, dtype, seed=s + d)
+                    out = run_kernel(q, k, v, causal=causal, variant=var.name, config=args.config)
+                    torch.cuda.synchronize()
+                    if not torch.isfinite(out).all():
+                        print(f"non-finite output: {dtype} D={d} S={s} causal={causal}")
+                    calls += 1
+                    del q, k, v, out
+    torch.cuda.synchronize()
+    if args.binary_out:
+        with open(args.binary_out, "w", encoding="utf-8") as f:
+            json.dump(loaded_binary(_extension(var.name).__name__), f)
+    print(f"sanitize target {var.name}/{args.config}: {calls} launches done")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

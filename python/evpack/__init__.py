@@ -1,0 +1,15 @@
+"""evidence-pack: turn CUDA kernel source into a verifiable evidence pack."""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+PACK_SCHEMA_VERSION = 1
+
+
+def flash_attention(q, k, v, *, causal=False, scale=None, variant="wmma", config=None):
+    """Flash-attention forward of a registered variant; see evpack.api.flash_attention."""
+    from .api import flash_attention as _fa  # torch is imported only when the op is used
+
+    return _fa(q, k, v, causal=causal, scale=scale, variant=variant, config=config)
+
+
+__all__ = ["flash_attention", "__version__", "PACK_SCHEMA_VERSION"]

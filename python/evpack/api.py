@@ -1,0 +1,116 @@
+"""`evpack.flash_attention`: the registered kernels as a torch op (torch.library custom op + fake impl).
+
+Inputs are (B, H, S, D) like torch.nn.functional.scaled_dot_product_attention.
+Every input rule is checked here with a message that names the argument and the
+rule; the structural checks come before the device check, so they run (and are
+tested) on CPU torch too. The op launches on the current stream and never
+synchronizes, so it can be captured in a CUDA graph and traced by torch.compile.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+
+import torch
+
+from . import registry
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _variant(variant: str, config: str | None, include_canaries: bool) -> tuple[registry.Variant, str]:
+    if not isinstance(variant, str):
+        raise TypeError(f"variant: expected a str, got {type(variant).__name__}")
+    var = registry.get(variant, include_canaries=include_canaries)
+    if config is not None and not isinstance(config, str):
+        raise TypeError(f"config: expected a str or None, got {type(config).__name__}")
+    return var, var.config(config).name
+
+
+def check_inputs(q, k, v, *, scale=None, variant: str = "wmma", config: str | None = None,
+                 include_canaries: bool = False) -> tuple[registry.Variant, str, float]:
+    """Validate everything; return (variant, config name, scale). Raises TypeError/ValueError."""
+    var, cfg = _variant(variant, config, include_canaries)
+    named = (("q", q), ("k", k), ("v", v))
+    for name, t in named:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    for name, t in named:
+        if t.dim() != 4:
+            raise ValueError(f"{name}: expected a 4-D tensor (B, H, S, D), got shape {tuple(t.shape)}")
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"q: dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
+    for name, t in named[1:]:
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}; q, k and v must share one dtype")
+    for name, t in named[1:]:
+        if t.shape != q.shape:
+            raise ValueError(f"{name}: shape {tuple(t.shape)} must equal q's shape {tuple(q.shape)} (B, H, S, D)")
+    d = q.shape[-1]
+    if d not in registry.HEAD_DIMS:
+        raise ValueError(f"q: head dim D={d} is not supported (supported: {', '.join(map(str, registry.HEAD_DIMS))})")
+    if DTYPE_NAMES[q.dtype] not in var.dtypes or d not in var.head_dims:
+        raise ValueError(f"variant: {var.name!r} is built for dtypes {var.dtypes} and head dims {var.head_dims}")
+    if q.numel() == 0:
+        raise ValueError(f"q: zero-size tensor of shape {tuple(q.shape)}: B, H and S must all be >= 1")
+    for name, t in named:
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name}: the last dim must be contiguous (stride(-1) == 1), got strides {t.stride()}")
+        if any(s % 8 for s in t.stride()[:3] if s):
+            raise ValueError(f"{name}: batch/head/row strides must be multiples of 8 elements (16-byte rows), "
+                             f"got strides {t.stride()}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale: must be a finite positive number or None, got {scale!r}")
+    for name, t in named:
+        if t.device.type != "cuda":
+            raise ValueError(f"{name}: must be a CUDA tensor, got device {t.device}")
+    for name, t in named[1:]:
+        if t.device != q.device:
+            raise ValueError(f"{name}: on {t.device} but q is on {q.device}; all inputs must share one device")
+    return var, cfg, float(scale)
+
+
+def _extension(variant: str):
+    is_canary = any(c.name == variant for c in registry.CANARIES)
+    return importlib.import_module("evpack._canaries" if is_canary else "evpack._C")
+
+
+@torch.library.custom_op("evpack::flash_attention_fwd", mutates_args=(), device_types="cuda")
+def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, variant: str,
+         config: str) -> torch.Tensor:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.data_ptr() % 16:
+            raise ValueError(f"{name}: data pointer must be 16-byte aligned (got offset {t.data_ptr() % 16})")
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    with torch.cuda.device(q.device):
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        _extension(variant).forward(q, k, v, out, causal, scale, variant, config, stream)
+    return out
+
+
+@_fwd.register_fake
+def _fwd_fake(q, k, v, causal, scale, variant, config):
+    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+
+
+def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None, variant: str = "wmma",
+                    config: str | None = None) -> torch.Tensor:
+    """softmax(scale * q @ k^T [causal mask]) @ v for (B, H, S, D) CUDA tensors in fp16/bf16, D in {64, 128}.
+
+    causal masks key j > query i (top-left aligned, as SDPA's is_causal for equal lengths).
+    scale defaults to 1/sqrt(D). variant/config pick a registered kernel (`python -m evpack kernels`).
+    """
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
+    _, cfg, scale = check_inputs(q, k, v, scale=scale, variant=variant, config=config)
+    return _fwd(q, k, v, causal, scale, variant, cfg)
+
+
+def run_kernel(q, k, v, *, causal: bool, variant: str, config: str | None = None,
+               scale: float | None = None) -> torch.Tensor:
+    """Like flash_attention, but also reaches the canaries (for the oracles only)."""
+    _, cfg, scale = check_inputs(q, k, v, scale=scale, variant=variant, config=config, include_canaries=True)
+    return _fwd(q, k, v, causal, scale, variant, cfg)

@@ -1,0 +1,89 @@
+"""PR labels: decided here and nowhere else, from gate results only."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .stages.base import ERROR, FAIL, PASS, SKIPPED
+
+COMPLETE, PARTIAL, FAILED = "evidence:complete", "evidence:partial", "evidence:failed"
+MAIN_LABELS = (COMPLETE, PARTIAL, FAILED)
+# finer label -> gates that must all pass
+FINER = {
+    "tensor-cores-verified": ("sass_tensor_proof", "executed_tensor_work"),
+    "sanitizer-clean": ("sanitizer_clean", "gates_live"),
+    "correctness-verified": ("correctness", "stability"),
+    "resources-clean": ("ptxas_resources",),
+}
+PERF_REGRESSION = "perf-regression"
+ALL_LABELS = MAIN_LABELS + tuple(FINER) + (PERF_REGRESSION,)
+
+
+def main_label(gate_status: dict[str, str]) -> str:
+    """complete: every gate ran and passed; failed: any fail/error; partial: otherwise (some skipped)."""
+    statuses = list(gate_status.values())
+    if not statuses or any(s in (FAIL, ERROR) for s in statuses):
+        return FAILED
+    if any(s == SKIPPED for s in statuses):
+        return PARTIAL
+    assert all(s == PASS for s in statuses)
+    return COMPLETE
+
+
+def decide(gate_status: dict[str, str], perf_regression: bool = False) -> tuple[str, list[str]]:
+    label = main_label(gate_status)
+    labels = [label]
+    for name, needs in FINER.items():
+        if all(gate_status.get(g) == PASS for g in needs):
+            labels.append(name)
+    if perf_regression:
+        labels.append(PERF_REGRESSION)
+    return label, labels
+
+
+def gh_args(labels: list[str]) -> list[str]:
+    """Arguments for `gh pr edit`: add the pack's labels, remove every other label this tool owns."""
+    args: list[str] = []
+    for lab in labels:
+        args += ["--add-label", lab]
+    for lab in ALL_LABELS:
+        if lab not in labels:
+            args += ["--remove-label", lab]
+    return args
+
+
+def format_labels(pack: dict, fmt: str) -> str:
+    label, labels = pack["label"], pack["labels"]
+    if fmt == "text":
+        return "\n".join(labels)
+    if fmt == "json":
+        return json.dumps({"pack_id": pack["pack_id"], "label": label, "labels": labels,
+                           "gates": {g: v["status"] for g, v in pack["gates"].items()}}, indent=2)
+    if fmt == "gh-args":
+        import shlex
+
+        return " ".join(shlex.quote(a) for a in gh_args(labels))
+    if fmt == "github":
+        lines = [f"label={label}", f"labels={','.join(labels)}"]
+        out = os.environ.get("GITHUB_OUTPUT")
+        if out:
+            with open(out, "a", encoding="utf-8") as f:
+                f.write("\n".join(lines) + "\n")
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            with open(summary, "a", encoding="utf-8") as f:
+                f.write(f"### Evidence pack `{pack['pack_id']}`: **{label}**\n\n")
+                f.write("| gate | status | reason |\n|---|---|---|\n")
+                for g, v in pack["gates"].items():
+                    f.write(f"| {g} | {v['status']} | {v['reason']} |\n")
+        return "\n".join(lines)
+    raise ValueError(f"--format must be one of text, json, github, gh-args; got {fmt!r}")
+
+
+def load_pack_json(pack_dir: Path) -> dict:
+    path = pack_dir / "pack.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{pack_dir}: not a pack (no pack.json)")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

@@ -1,0 +1,88 @@
+"""Pure parser of `ncu --csv --metrics ...` output, and the tensor-work arithmetic.
+
+Trap seen on the H200: plain CUDA-core code contains `HFMA2.MMA` (a register
+move issued on the tensor pipe), so `sm__inst_executed_pipe_tensor_op_hmma`
+is non-zero for a scalar kernel. Tensor *math* is counted from the
+`sm__ops_path_tensor_op_*` counters (operations, an FMA = 2), and the
+instruction count is reported less its `_type_hfma2` part.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+
+# Raw metric names (one mapping). ops_path counters count FLOPs (measured: a 64^3 x4 wmma GEMM gave 2,097,152).
+TENSOR_OPS_METRICS = (
+    "sm__ops_path_tensor_op_hmma_src_fp16.sum",
+    "sm__ops_path_tensor_op_hmma_src_bf16_dst_fp32.sum",
+    "sm__ops_path_tensor_op_hgmma_src_fp16.sum",
+    "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum",
+)
+HMMA_INST = "sm__inst_executed_pipe_tensor_op_hmma.sum"
+HFMA2_INST = "sm__inst_executed_pipe_tensor_op_hmma_type_hfma2.sum"
+GMMA_INST = "sm__inst_executed_pipe_tensor_op_gmma.sum"
+METRICS = TENSOR_OPS_METRICS + (HMMA_INST, HFMA2_INST, GMMA_INST)
+COVERAGE_MIN = 0.95
+
+
+@dataclass(frozen=True)
+class KernelMetrics:
+    launch_id: int
+    kernel: str
+    values: dict  # metric name -> float | None
+
+    @property
+    def tensor_flops(self) -> float:
+        return float(sum(self.values.get(m) or 0.0 for m in TENSOR_OPS_METRICS))
+
+    @property
+    def tensor_math_inst(self) -> float:
+        """HMMA instructions that are math (all tensor-pipe HMMA less the HFMA2.MMA moves) + GMMA."""
+        hmma = self.values.get(HMMA_INST) or 0.0
+        return hmma - (self.values.get(HFMA2_INST) or 0.0) + (self.values.get(GMMA_INST) or 0.0)
+
+
+def _num(text: str) -> float | None:
+    t = text.strip().replace(",", "")
+    if t in ("", "n/a", "N/A"):
+        return None
+    try:
+        return float(t)
+    except ValueError:
+        return None
+
+
+def parse_ncu_csv(text: str) -> list[KernelMetrics]:
+    """One KernelMetrics per profiled launch, in launch order. Raises ValueError without a CSV header."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID","Process ID"')), None)
+    if start is None:
+        raise ValueError("no ncu CSV header in the output")
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+    by_id: dict[int, KernelMetrics] = {}
+    for r in rows:
+        if not r.get("ID", "").strip().isdigit():
+            continue
+        i = int(r["ID"])
+        km = by_id.setdefault(i, KernelMetrics(i, r["Kernel Name"], {}))
+        km.values[r["Metric Name"]] = _num(r["Metric Value"])
+    return [by_id[i] for i in sorted(by_id)]
+
+
+def required_flops(b: int, h: int, s: int, d: int, causal: bool) -> int:
+    """Matrix FLOPs the call must do: Q.K^T and P.V, 2*S*S*D each per head (causal: keys j <= i only)."""
+    pairs = s * (s + 1) // 2 if causal else s * s
+    return 4 * b * h * pairs * d
+
+
+def tile_padded_flops(b: int, h: int, s: int, d: int, causal: bool, block_m: int, block_n: int) -> int:
+    """What a tiled kernel computes when it processes whole (block_m x block_n) tiles up to the diagonal."""
+    import math
+
+    m_tiles = math.ceil(s / block_m)
+    total_pairs = 0
+    for m in range(m_tiles):
+        n_keys = min((m + 1) * block_m, s) if causal else s
+        total_pairs += block_m * math.ceil(n_keys / block_n) * block_n
+    return 4 * b * h * total_pairs * d

@@ -1,0 +1,130 @@
+"""The one registry of kernel variants and their tile configs.
+
+Everything in the pipeline iterates this table: the build generates one
+instantiation file per (variant, dtype, head dim), the PTXAS and SASS gates
+apply per kernel, and the oracles and the benchmark run every variant x config.
+
+Adding a variant = one kernel body `csrc/variants/<name>.cuh` implementing the
+interface documented in README.md ("Adding a kernel variant") + one entry here.
+Canaries (kernels with planted faults) live in CANARIES: built into a separate
+extension for the evidence run, never exported through `evpack.flash_attention`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DTYPES = ("fp16", "bf16")
+HEAD_DIMS = (64, 128)
+KINDS = ("scalar", "tensor")
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Compile-time tile shape of one config: rows of Q per CTA, keys per step, warps, K/V stages."""
+
+    name: str
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int = 1
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+
+@dataclass(frozen=True)
+class ResourceBudget:
+    """Declared exceptions to the PTXAS gate (0 spill bytes, 0 stack frame by default)."""
+
+    spill_bytes: int = 0
+    stack_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str  # C++ namespace evpack::<name>, body in <source>
+    kind: str  # "scalar" (CUDA cores only) or "tensor" (must use tensor cores)
+    source: str  # path of the kernel body, relative to the repo root
+    configs: tuple[TileConfig, ...]
+    description: str = ""
+    budget: ResourceBudget = field(default_factory=ResourceBudget)
+    # Canaries only: which gate must fire on this kernel.
+    expect_caught_by: str = ""
+    dtypes: tuple[str, ...] = DTYPES
+    head_dims: tuple[int, ...] = HEAD_DIMS
+
+    def config(self, name: str | None) -> TileConfig:
+        if name is None:
+            return self.configs[0]
+        for cfg in self.configs:
+            if cfg.name == name:
+                return cfg
+        known = ", ".join(c.name for c in self.configs)
+        raise ValueError(f"config: unknown config {name!r} for variant {self.name!r} (known: {known})")
+
+
+def _canary(name: str, source: str, kind: str, description: str, caught_by: str) -> Variant:
+    """A canary: one small instantiation (fp16, D=64) is enough to show its gate fires."""
+    return Variant(name, kind, source, (_cfg(64, 64, 2),), description, expect_caught_by=caught_by,
+                   dtypes=("fp16",), head_dims=(64,))
+
+
+def _cfg(block_m: int, block_n: int, warps: int, stages: int = 1) -> TileConfig:
+    return TileConfig(f"m{block_m}n{block_n}w{warps}s{stages}", block_m, block_n, warps, stages)
+
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant(
+        name="scalar",
+        kind="scalar",
+        source="csrc/variants/scalar.cuh",
+        configs=(_cfg(64, 64, 2),),
+        description="CUDA-core control: fp32 FMA for Q.K^T and P.V, online softmax",
+    ),
+    Variant(
+        name="wmma",
+        kind="tensor",
+        source="csrc/variants/wmma.cuh",
+        configs=(_cfg(64, 64, 4), _cfg(32, 64, 2), _cfg(128, 64, 8)),
+        description="nvcuda::wmma 16x16x16 fragments, fp32 accumulation, online softmax in shared memory",
+    ),
+)
+
+CANARIES: tuple[Variant, ...] = (
+    _canary("canary_oob_write", "oracles/canaries/oob_write.cuh", "scalar",
+            "writes one element past the end of the output", "memcheck"),
+    _canary("canary_smem_race", "oracles/canaries/smem_race.cuh", "scalar",
+            "reads a neighbour's shared-memory slot with no barrier", "racecheck"),
+    _canary("canary_uninit_read", "oracles/canaries/uninit_read.cuh", "scalar",
+            "reads the output buffer before anything wrote it", "initcheck"),
+    _canary("canary_divergent_sync", "oracles/canaries/divergent_sync.cuh", "scalar",
+            "__syncthreads() reached by half of the block", "synccheck"),
+    _canary("canary_wrong_result", "oracles/canaries/wrong_result.cuh", "scalar",
+            "softmax scale off by 5%", "correctness"),
+    _canary("canary_second_launch", "oracles/canaries/second_launch.cuh", "scalar",
+            "correct on the first launch, corrupts one element from the second on", "stability"),
+    _canary("canary_decoy_hmma", "oracles/canaries/decoy_hmma.cuh", "tensor",
+            "contains an HMMA whose result is never used; the math runs on CUDA cores", "tensor_proof"),
+)
+
+
+def variants(include_canaries: bool = False) -> tuple[Variant, ...]:
+    return VARIANTS + CANARIES if include_canaries else VARIANTS
+
+
+def get(name: str, include_canaries: bool = False) -> Variant:
+    for v in variants(include_canaries):
+        if v.name == name:
+            return v
+    known = ", ".join(v.name for v in VARIANTS)
+    raise ValueError(f"variant: unknown variant {name!r} (known: {known})")
+
+
+def kernel_grid(include_canaries: bool = False):
+    """Every (variant, config, dtype, head_dim) the build instantiates."""
+    for v in variants(include_canaries):
+        for cfg in v.configs:
+            for dtype in v.dtypes:
+                for d in v.head_dims:
+                    yield v, cfg, dtype, d

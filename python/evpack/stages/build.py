@@ -1,0 +1,129 @@
+"""Stage `build`: the real build (setup.py build_ext --inplace, ninja), its log and PTXAS output kept.
+
+The `-Xptxas -v` output is written per object by csrc/tools/nvcc-log during
+the very compile that produces the imported shared object; this stage copies
+those logs into build/ptxas/ and records the SHA-256 of the built objects.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..binary import find_built, sha256_file
+from ..stages.base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, write_json
+
+NAME = "build"
+NEEDS_GPU = False
+TIMEOUT_S = 3600
+MODULES = {"_C": "binary.json", "_canaries": "binary_canaries.json"}
+
+
+def build_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("EVPACK_CANARIES", "1")  # the evidence run needs the canaries
+    env.setdefault("MAX_JOBS", str(max(1, os.cpu_count() or 1)))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run(ctx: StageContext) -> None:
+    env = build_env()
+    cmd = [sys.executable, "setup.py", "build_ext", "--inplace"]
+    t0 = time.monotonic()
+    log_path = ctx.dir / "build.log"
+    progress = re.compile(r"^\[(\d+)/(\d+)\]")
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write(f"# {' '.join(cmd)}\n# EVPACK_CUDA_ARCHS={env.get('EVPACK_CUDA_ARCHS', '')} "
+                  f"EVPACK_NVCC_FLAGS={env.get('EVPACK_NVCC_FLAGS', '')} EVPACK_VARIANTS="
+                  f"{env.get('EVPACK_VARIANTS', '')} EVPACK_CANARIES={env['EVPACK_CANARIES']}\n")
+        proc = subprocess.Popen(cmd, cwd=ctx.repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace")
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            m = progress.match(line)
+            if m:
+                print(f"  build [{m.group(1)}/{m.group(2)}] {time.monotonic() - t0:6.1f} s", flush=True)
+        rc = proc.wait()
+    result = {"command": cmd, "returncode": rc, "elapsed_s": round(time.monotonic() - t0, 2),
+              "env": {k: env.get(k) for k in ("EVPACK_CUDA_ARCHS", "EVPACK_NVCC_FLAGS", "EVPACK_VARIANTS",
+                                               "EVPACK_CANARIES", "MAX_JOBS")}}
+    write_json(ctx.dir / "result.json", result)
+    if rc != 0:
+        return
+    for module, rec_name in MODULES.items():
+        so = find_built(ctx.repo, module)
+        if so is None:
+            continue
+        write_json(ctx.dir / rec_name, {"module": f"evpack.{module}", "path": str(so.resolve()),
+                                        "sha256": sha256_file(so)})
+    _copy_ptxas_logs(ctx.repo, ctx.dir / "ptxas")
+    _write_kernel_table(ctx)
+
+
+def _copy_ptxas_logs(repo: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    build = repo / "build"
+    for log in sorted(build.glob("temp*/**/*.o.ptxas.log")):
+        obj = Path(str(log)[: -len(".ptxas.log")])
+        if not obj.exists():
+            continue
+        rel = obj.relative_to(build).as_posix()
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", rel.split("/", 1)[-1]) + ".log"
+        shutil.copyfile(log, dest / name)
+
+
+def _write_kernel_table(ctx: StageContext) -> None:
+    """Ask each built extension which kernels it registered (works on CPU torch: nothing is launched)."""
+    code = ("import json, importlib; rows = []\n"
+            "for m in ('evpack._C', 'evpack._canaries'):\n"
+            "    try: mod = importlib.import_module(m)\n"
+            "    except ImportError: continue\n"
+            "    for k in mod.kernels(): rows.append(dict(zip(('variant','config','dtype','head_dim',"
+            "'dynamic_smem_bytes','threads'), k), module=m))\n"
+            "print(json.dumps(rows))")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ctx.repo / "python"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    (ctx.dir / "kernels.log").write_text(out.stdout + out.stderr, encoding="utf-8")
+    if out.returncode == 0:
+        write_json(ctx.dir / "kernels.json", json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
+    res = read_json(stage_dir / "result.json")
+    if res["returncode"] != 0:
+        log = (stage_dir / "build.log").read_text(encoding="utf-8", errors="replace").splitlines()
+        err = next((ln for ln in log if "error" in ln.lower() and not ln.startswith("#")), log[-1] if log else "")
+        return StageOutcome(FAIL, f"build exited {res['returncode']}: {err.strip()[:160]}")
+    if not (stage_dir / "binary.json").exists():
+        return StageOutcome(ERROR, "build exited 0 but no evpack._C shared object was found")
+    binrec = read_json(stage_dir / "binary.json")
+    logs = sorted((stage_dir / "ptxas").glob("*.log"))
+    if not logs:
+        return StageOutcome(ERROR, "no PTXAS logs were captured (is csrc/tools/nvcc-log in use?)")
+    kernels = read_json(stage_dir / "kernels.json") if (stage_dir / "kernels.json").exists() else []
+    if not kernels:
+        return StageOutcome(ERROR, "the built extension lists no kernels (see build/kernels.log)")
+    canaries = read_json(stage_dir / "binary_canaries.json")["sha256"] if (
+        stage_dir / "binary_canaries.json").exists() else None
+    data = {"so_sha256": binrec["sha256"], "so_path": binrec["path"], "canaries_sha256": canaries,
+            "ptxas_logs": len(logs), "kernels": len(kernels), "env": res.get("env", {})}
+    return StageOutcome(PASS, f"built {len(kernels)} kernels from {len(logs)} CUDA objects; "
+                              f"_C sha256 {binrec['sha256'][:12]}", data)
+
+
+def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
+    if outcome.status != PASS:
+        return ""
+    d = outcome.data
+    env = d.get("env", {})
+    return (f"- shared object `{Path(d['so_path']).name}` sha256 `{d['so_sha256']}`\n"
+            f"- archs `{env.get('EVPACK_CUDA_ARCHS') or 'default (80;89;90)'}`, extra nvcc flags "
+            f"`{env.get('EVPACK_NVCC_FLAGS') or 'none'}`; {d['kernels']} kernels, {d['ptxas_logs']} PTXAS logs")

@@ -1,0 +1,61 @@
+"""Stage `canaries`: the liveness matrix. Every planted fault (registry.CANARIES) must be caught by
+the gate it targets, in this very pack; a gate that did not fire is `error` ("gate not live")."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import registry
+from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, write_json
+
+NAME = "canaries"
+NEEDS_GPU = False
+TIMEOUT_S = 60
+SOURCE_STAGE = {"memcheck": "sanitize", "racecheck": "sanitize", "initcheck": "sanitize",
+                "synccheck": "sanitize", "correctness": "correctness", "stability": "stability",
+                "tensor_proof": "tensor_proof"}
+
+
+def run(ctx: StageContext) -> None:
+    # Nothing to execute: the canaries ran inside the stages whose gates they test.
+    write_json(ctx.dir / "expected.json", [{"canary": c.name, "caught_by": c.expect_caught_by,
+                                            "fault": c.description} for c in registry.CANARIES])
+
+
+def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
+    from ..runner import final_outcome
+
+    outcomes = {s: final_outcome(s, pack_dir) for s in set(SOURCE_STAGE.values())}
+    matrix, statuses, problems = [], [], []
+    for c in registry.CANARIES:
+        stage = SOURCE_STAGE[c.expect_caught_by]
+        out = outcomes[stage]
+        found = [x for x in out.data.get("canaries", []) if x["name"] == c.name
+                 and x.get("tool", c.expect_caught_by) == c.expect_caught_by]
+        row = {"canary": c.name, "fault": c.description, "gate": c.expect_caught_by, "stage": stage}
+        if out.status == SKIPPED:
+            row.update(status=SKIPPED, caught=None, observed=f"{stage} skipped: {out.reason}")
+        elif not found:
+            row.update(status=ERROR, caught=False, observed=f"{stage} did not run this canary ({out.status})")
+        else:
+            caught = bool(found[0]["caught"])
+            row.update(status=PASS if caught else ERROR, caught=caught, observed=found[0]["observed"])
+        if row["status"] == ERROR:
+            problems.append(f"gate not live: {c.expect_caught_by} did not catch {c.name} ({row['observed']})")
+        statuses.append(row["status"])
+        matrix.append(row)
+    if problems:
+        return StageOutcome(ERROR, "; ".join(problems), {"matrix": matrix})
+    if all(s == SKIPPED for s in statuses):
+        return StageOutcome(SKIPPED, "the stages that run the canaries were skipped", {"matrix": matrix})
+    if SKIPPED in statuses:
+        n = statuses.count(PASS)
+        return StageOutcome(SKIPPED, f"{n}/{len(matrix)} canaries caught; the rest were not run", {"matrix": matrix})
+    return StageOutcome(PASS, f"all {len(matrix)} planted faults caught by their gates", {"matrix": matrix})
+
+
+def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
+    lines = ["| canary | planted fault | expected catch | caught? | observed |", "|---|---|---|---|---|"]
+    for r in outcome.data.get("matrix", []):
+        caught = {True: "yes", False: "NO", None: "not run"}[r["caught"]]
+        lines.append(f"| {r['canary']} | {r['fault']} | {r['gate']} | {caught} | {r['observed']} |")
+    return "\n".join(lines)

@@ -1,0 +1,95 @@
+"""One process per cell: the GPU stages' isolation unit (a crash or hang loses one cell, not the stage)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .base import read_json, write_json
+
+PROCS_FILE = "procs.json"
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str  # file-safe cell name: <name>.log (and usually <name>.json) in the stage folder
+    cmd: list[str]
+    timeout_s: int
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def oracle_cmd(repo: Path, program: str, *args: str) -> list[str]:
+    return [sys.executable, str(repo / "oracles" / program), *args]
+
+
+def _run_one(job: Job, stage_dir: Path, repo: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(repo / "python"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(job.env)
+    t0 = time.monotonic()
+    rec = {"cmd": job.cmd, "env": job.env, "returncode": None, "timed_out": False}
+    with open(stage_dir / f"{job.name}.log", "wb") as log:
+        proc = subprocess.Popen(job.cmd, cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            rec["returncode"] = proc.wait(timeout=job.timeout_s)
+        except subprocess.TimeoutExpired:
+            rec["timed_out"] = True
+            import signal
+
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            rec["returncode"] = proc.wait()
+    rec["duration_s"] = round(time.monotonic() - t0, 2)
+    return rec
+
+
+def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int = 1, progress=print) -> dict:
+    """Run jobs (in parallel up to `parallel`), record procs.json; returns {name: record}."""
+    records: dict[str, dict] = {}
+
+    def go(job: Job) -> tuple[str, dict]:
+        rec = _run_one(job, stage_dir, repo)
+        state = "timed out" if rec["timed_out"] else f"rc={rec['returncode']}"
+        progress(f"    {job.name}: {state} ({rec['duration_s']:.1f} s)", flush=True)
+        return job.name, rec
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        for name, rec in pool.map(go, jobs):
+            records[name] = rec
+    write_json(stage_dir / PROCS_FILE, records)
+    return records
+
+
+def proc_problem(stage_dir: Path, name: str) -> str | None:
+    """Why a cell's process did not finish cleanly (None when it did)."""
+    procs = read_json(stage_dir / PROCS_FILE)
+    rec = procs.get(name)
+    if rec is None:
+        return f"{name}: never ran"
+    if rec["timed_out"]:
+        return f"{name}: timed out after {rec['duration_s']} s (log {name}.log)"
+    if rec["returncode"] != 0:
+        return f"{name}: exited {rec['returncode']}: {last_line(stage_dir / f'{name}.log')}"
+    return None
+
+
+def last_line(path: Path) -> str:
+    if not path.exists():
+        return "no log"
+    lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    return lines[-1].strip()[:200] if lines else "empty log"
+
+
+def selected_variants(options: dict):
+    from .. import registry
+
+    want = options.get("variants")
+    return [v for v in registry.VARIANTS if not want or v.name in want]

@@ -1,0 +1,105 @@
+"""Stage `sanitize`: memcheck (+leak check), racecheck, initcheck, synccheck on every registered
+variant x config (one process per cell, on the same release binary that is benchmarked), and
+each tool's canary, which it must flag for the gate to count as live."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import registry
+from ..sanitizer import TOOLS, canary_caught, cell_status, parse_sanitizer
+from ..tools import find_tool
+from .base import ERROR, PASS, StageContext, StageOutcome, read_json, worst, write_json
+from .procs import Job, oracle_cmd, run_jobs, selected_variants
+
+NAME = "sanitize"
+NEEDS_GPU = True
+TIMEOUT_S = 900
+CELL_TIMEOUT_S = 240
+EXIT_CODE = 86  # --error-exitcode: tells "the tool found errors" from a crash
+CANARY_FOR = {c.expect_caught_by: c.name for c in registry.CANARIES if c.expect_caught_by in TOOLS}
+ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+PARALLEL = 4  # cells are mostly CPU-bound instrumentation; measured per cell in procs.json
+
+
+def _cmd(repo: Path, sanitizer: str, tool: str, variant: str, config: str, binary_out: Path | None) -> list[str]:
+    args = [sanitizer, "--tool", tool, "--error-exitcode", str(EXIT_CODE), "--print-limit", "20",
+            "--kernel-name", "kns=fwd_kernel"]
+    if tool == "memcheck":
+        args += ["--leak-check", "full"]
+    target = ["--variant", variant, "--config", config]
+    if binary_out:
+        target += ["--binary-out", str(binary_out)]
+    return args + oracle_cmd(repo, "sanitize_target.py", *target)
+
+
+def run(ctx: StageContext) -> None:
+    sanitizer = find_tool("compute-sanitizer")
+    if sanitizer is None:
+        write_json(ctx.dir / "missing_tool.json", {"tool": "compute-sanitizer", "found": False})
+        return
+    jobs = []
+    for v in selected_variants(ctx.options):
+        for cfg in v.configs:
+            for tool in TOOLS:
+                bin_out = ctx.dir / "binary.json" if not jobs else None
+                jobs.append(Job(f"{tool}.{v.name}.{cfg.name}", _cmd(ctx.repo, sanitizer, tool, v.name, cfg.name,
+                                                                    bin_out), CELL_TIMEOUT_S, ENV))
+    for tool, canary in CANARY_FOR.items():
+        cfg = registry.get(canary, include_canaries=True).configs[0]
+        jobs.append(Job(f"{tool}.{canary}.{cfg.name}", _cmd(ctx.repo, sanitizer, tool, canary, cfg.name, None),
+                        CELL_TIMEOUT_S, ENV))
+    run_jobs(jobs, ctx.dir, ctx.repo, parallel=PARALLEL)
+
+
+def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
+    if (stage_dir / "missing_tool.json").exists():
+        return StageOutcome(ERROR, "compute-sanitizer not found on PATH or in CUDA_HOME")
+    procs = read_json(stage_dir / "procs.json")
+    cells, canaries = [], []
+    for name, rec in procs.items():
+        tool, variant, config = name.split(".", 2)
+        log = stage_dir / f"{name}.log"
+        text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+        res = parse_sanitizer(text, tool)
+        row = {"tool": tool, "variant": variant, "config": config, "returncode": rec["returncode"],
+               "duration_s": rec["duration_s"], **{k: v for k, v in res.to_json().items() if k != "tool"}}
+        if variant.startswith("canary_"):
+            caught = canary_caught(res, rec["returncode"])
+            canaries.append({"name": variant, "tool": tool, "expected": f"{tool} flags it", "caught": caught,
+                             "observed": ", ".join(res.records) or f"exit {rec['returncode']}, no records",
+                             "reason": f"{res.errors} errors" if res.summary_found else "no summary"})
+            continue
+        row["status"], row["reason"] = cell_status(res, rec["returncode"], rec["timed_out"])
+        cells.append(row)
+    if not cells:
+        return StageOutcome(ERROR, "no sanitizer cell ran", {"cells": [], "canaries": canaries})
+    status = worst(c["status"] for c in cells)
+    bad = [c for c in cells if c["status"] != PASS]
+    total_s = round(sum(r["duration_s"] for r in procs.values()), 1)
+    reason = (f"{len(bad)}/{len(cells)} cells not clean, first: {bad[0]['tool']} {bad[0]['variant']}/"
+              f"{bad[0]['config']}: {bad[0]['reason']}") if bad else \
+        f"{len(cells)} (tool, variant, config) cells clean"
+    return StageOutcome(status, reason, {"cells": cells, "canaries": canaries, "cell_seconds_total": total_s})
+
+
+def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
+    cells = outcome.data.get("cells", [])
+    if not cells:
+        return ""
+    tools = [t for t in TOOLS if any(c["tool"] == t for c in cells)]
+    keys = sorted({(c["variant"], c["config"]) for c in cells})
+    lines = ["Each cell: status, errors/hazards from the parsed summary, and wall time of its process.", "",
+             "| variant | config | " + " | ".join(tools) + " |", "|---|---|" + "---|" * len(tools)]
+    for v, cfg in keys:
+        row = []
+        for t in tools:
+            c = next((c for c in cells if (c["variant"], c["config"], c["tool"]) == (v, cfg, t)), None)
+            if c is None:
+                row.append("-")
+                continue
+            n = c["hazards"] if t == "racecheck" else c["errors"]
+            row.append(f"{c['status'].upper()} {'-' if n is None else n} ({c['duration_s']:.0f} s)")
+        lines.append(f"| {v} | {cfg} | " + " | ".join(row) + " |")
+    lines.append(f"\nTotal process time {outcome.data.get('cell_seconds_total')} s "
+                 f"(run {PARALLEL} at a time).")
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""Stage `stability`: 1000 back-to-back launches and 1000 graph replays per variant x config,
+bitwise identical; the run repeated under CUDA_LAUNCH_BLOCKING=1 + TORCH_USE_CUDA_DSA=1 as a
+diagnostic replay; and the second-launch canary, which this gate must catch."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
+from .procs import Job, oracle_cmd, proc_problem, run_jobs, selected_variants
+
+NAME = "stability"
+NEEDS_GPU = True
+TIMEOUT_S = 1200
+CANARY = "canary_second_launch"
+DIAG_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "TORCH_USE_CUDA_DSA": "1"}
+LAUNCHES = 1000
+
+
+def run(ctx: StageContext) -> None:
+    jobs = []
+    for v in selected_variants(ctx.options):
+        jobs.append(Job(v.name, oracle_cmd(ctx.repo, "stability.py", "--variant", v.name, "--launches",
+                                           str(LAUNCHES), "--out", str(ctx.dir / f"{v.name}.json")), 300))
+        jobs.append(Job(f"{v.name}.diagnostic", oracle_cmd(
+            ctx.repo, "stability.py", "--variant", v.name, "--launches", "100", "--out",
+            str(ctx.dir / f"{v.name}.diagnostic.json")), 300, env=DIAG_ENV))
+    jobs.append(Job(CANARY, oracle_cmd(ctx.repo, "stability.py", "--variant", CANARY, "--launches",
+                                       str(LAUNCHES), "--out", str(ctx.dir / f"{CANARY}.json")), 300))
+    run_jobs(jobs, ctx.dir, ctx.repo)
+    for j in jobs:
+        p = ctx.dir / f"{j.name}.json"
+        if p.exists() and read_json(p).get("binary") and not j.name.startswith("canary"):
+            write_json(ctx.dir / "binary.json", read_json(p)["binary"])
+            break
+
+
+def _cell(stage_dir: Path, name: str) -> tuple[str, str, dict]:
+    problem = proc_problem(stage_dir, name)
+    if problem:
+        return ERROR, problem, {}
+    try:
+        res = read_json(stage_dir / f"{name}.json")
+    except (FileNotFoundError, ValueError) as exc:
+        return ERROR, f"{name}: no readable result ({exc})", {}
+    rows = res["rows"]
+    if not rows:
+        return ERROR, f"{name}: no config was checked", res
+    if res.get("first_error"):
+        return FAIL, f"{name}: CUDA error: {res['first_error']}", res
+    bad = [r for r in rows if not r["passed"]]
+    if bad:
+        r = bad[0]
+        return FAIL, (f"{name}: {r['config']} causal={r['causal']}: {r['eager']['mismatched_launches']} eager "
+                      f"launches and {r['graph']['mismatched_replays']} graph replays differ bitwise"), res
+    n = rows[0]["eager"]["launches"]
+    return PASS, f"{name}: {len(rows)} config x causal cells bitwise stable over {n} launches + {n} replays", res
+
+
+def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
+    procs = read_json(stage_dir / "procs.json")
+    cells, data = {}, {"variants": {}, "diagnostic": {}}
+    for name in procs:
+        if name == CANARY:
+            continue
+        status, reason, res = _cell(stage_dir, name)
+        cells[name] = (status, reason)
+        key = "diagnostic" if name.endswith(".diagnostic") else "variants"
+        data[key][name] = {"status": status, "reason": reason, "first_error": res.get("first_error"),
+                           "graph_capture_s": [r["graph"]["capture_s"] for r in res.get("rows", [])
+                                               if r.get("graph")]}
+    c_status, c_reason, _ = _cell(stage_dir, CANARY)
+    data["canaries"] = [{"name": CANARY, "expected": "fail", "observed": c_status, "caught": c_status == FAIL,
+                         "reason": c_reason}]
+    status = worst(s for s, _ in cells.values())
+    reason = "; ".join(r for s, r in cells.values() if s != PASS) or \
+        f"{len(cells)} runs stable (incl. CUDA_LAUNCH_BLOCKING=1 TORCH_USE_CUDA_DSA=1 replays)"
+    return StageOutcome(status, reason, data)
+
+
+def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
+    lines = ["| run | status | detail |", "|---|---|---|"]
+    for key in ("variants", "diagnostic"):
+        for n, v in outcome.data.get(key, {}).items():
+            lines.append(f"| {n} | {v['status']} | {v['reason']} |")
+    return "\n".join(lines)
+
+
+__all__ = ["PASS"]
