@@ -82,8 +82,9 @@ def format_labels(pack: dict, fmt: str) -> str:
 
 
 def load_pack_json(pack_dir: Path) -> dict:
-    path = pack_dir / "pack.json"
-    if not path.exists():
-        raise FileNotFoundError(f"{pack_dir}: not a pack (no pack.json)")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    from .pack import PackError, load_pack_file
+
+    pj = load_pack_file(pack_dir, "pack.json")
+    if not isinstance(pj, dict) or not {"pack_id", "label", "labels", "gates"} <= set(pj):
+        raise PackError(f"{pack_dir}: pack.json lacks pack_id/label/labels/gates")
+    return pj

@@ -27,6 +27,18 @@ class PackError(Exception):
     """Bad input for a pack operation: one line, non-zero exit."""
 
 
+def load_pack_file(pack_dir: Path, name: str) -> dict:
+    """A JSON file of a pack, or PackError naming what is wrong (missing pack, missing or corrupt file)."""
+    if not pack_dir.is_dir():
+        raise PackError(f"{pack_dir}: no such pack folder")
+    try:
+        return read_json(pack_dir / name)
+    except FileNotFoundError:
+        raise PackError(f"{pack_dir}: no {name}: not a finished pack") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PackError(f"{pack_dir}: {name} is corrupt: {exc}") from None
+
+
 def new_pack_id(commit: str | None, dirty: bool | None, now: datetime | None = None) -> str:
     now = now or datetime.now(timezone.utc)
     sha = (commit or "nogit")[:12]

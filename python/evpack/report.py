@@ -57,7 +57,10 @@ def render_md(pack_dir: Path) -> str:
         outcome = final_outcome(s, pack_dir)
         if outcome.status == "skipped":
             continue
-        section = mod.report_md(pack_dir / s, outcome).strip()
+        try:
+            section = mod.report_md(pack_dir / s, outcome).strip()
+        except Exception as exc:  # a broken section must not cost the whole report
+            section = f"(this section could not be rendered: {type(exc).__name__}: {exc})"
         if section:
             lines += ["", f"## {s}", "", section]
     lines += ["", f"Every result above is re-derivable: `python -m evpack verify {pj['pack_id']}`.", ""]

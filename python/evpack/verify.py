@@ -6,18 +6,9 @@ from pathlib import Path
 
 from . import PACK_SCHEMA_VERSION
 from .binary import sha256_file
-from .pack import PackError, derive_all, stage_names_of
+from .pack import PackError, derive_all, load_pack_file as _load, stage_names_of
 from .report import render_html, render_md
 from .stages.base import read_json
-
-
-def _load(pack_dir: Path, name: str) -> dict:
-    try:
-        return read_json(pack_dir / name)
-    except FileNotFoundError:
-        raise PackError(f"{pack_dir}: no {name}: not a finished pack") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PackError(f"{pack_dir}: {name} is corrupt: {exc}") from None
 
 
 def verify_pack(pack_dir: Path) -> list[str]:
@@ -37,6 +28,8 @@ def verify_pack(pack_dir: Path) -> list[str]:
         if sha256_file(pack_dir / rel) != listed[rel]:
             problems.append(f"hash mismatch: {rel}")
     pj = _load(pack_dir, "pack.json")
+    if not isinstance(pj, dict) or not isinstance(pj.get("stages"), dict) or not isinstance(pj.get("gates"), dict):
+        return problems + ["pack.json is malformed: no stages/gates tables"]
     if pj.get("schema_version") != PACK_SCHEMA_VERSION:
         problems.append(f"pack.json schema_version {pj.get('schema_version')!r} != {PACK_SCHEMA_VERSION}")
         return problems
@@ -49,7 +42,7 @@ def verify_pack(pack_dir: Path) -> list[str]:
     except Exception as exc:
         return problems + [f"could not re-derive: {type(exc).__name__}: {exc}"]
     for name, out in derived.stages.items():
-        rec = pj["stages"].get(name, {})
+        rec = pj["stages"].get(name) if isinstance(pj["stages"].get(name), dict) else {}
         if (rec.get("status"), rec.get("reason")) != (out.status, out.reason):
             problems.append(f"stage {name}: pack.json says {rec.get('status')} ({rec.get('reason')}) but the "
                             f"files give {out.status} ({out.reason})")
@@ -60,7 +53,7 @@ def verify_pack(pack_dir: Path) -> list[str]:
         except (FileNotFoundError, json.JSONDecodeError) as exc:
             problems.append(f"stage {name}: outcome.json unreadable: {exc}")
     for g, out in derived.gates.items():
-        rec = pj["gates"].get(g, {})
+        rec = pj["gates"].get(g) if isinstance(pj["gates"].get(g), dict) else {}
         if (rec.get("status"), rec.get("reason")) != (out.status, out.reason):
             problems.append(f"gate {g}: pack.json says {rec.get('status')} but the files give {out.status}")
     if set(pj["gates"]) - set(derived.gates):
@@ -73,7 +66,10 @@ def verify_pack(pack_dir: Path) -> list[str]:
     zd = pj.get("zero_delta")
     if zd and zd.get("same") != (zd.get("previous_digest") == derived.digest):
         problems.append("zero_delta.same contradicts the digests")
-    md = render_md(pack_dir)
+    try:
+        md = render_md(pack_dir)
+    except Exception as exc:
+        return problems + [f"report cannot be re-rendered: {type(exc).__name__}: {exc}"]
     if (pack_dir / "report.md").exists() and (pack_dir / "report.md").read_text(encoding="utf-8") != md:
         problems.append("report.md differs from the report re-rendered from the pack's files")
     if (pack_dir / "report.html").exists() and \
