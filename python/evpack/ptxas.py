@@ -1,0 +1,196 @@
+"""Pure parser of `ptxas -v` output (as printed by `nvcc -Xptxas -v`).
+
+`parse_ptxas(text)` turns one raw log (one compiled object, any number of archs, in any
+order: nvcc --threads reorders whole arch blocks) into one `KernelResources` per entry
+function x arch. No subprocess, GPU or files here.
+
+Both register-report formats are read:
+    CUDA 12:  ptxas info    : Used 32 registers, 4096 bytes smem, 400 bytes cmem[0]
+    CUDA 13:  ptxas info    : Used 32 registers, used 1 barriers, 4096 bytes smem, 400 bytes cmem[0]
+Lines starting with '#' are comments (the build stage writes the exact command there).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+# Every raw ptxas string this module understands, in one place.
+_RE_ENTRY = re.compile(r"^ptxas info\s*: Compiling entry function '(?P<name>[^']+)' for '(?P<arch>sm_\w+)'")
+_RE_PROPS = re.compile(r"^ptxas info\s*: Function properties for (?P<name>\S+)")
+_RE_FRAME = re.compile(
+    r"^\s*(?P<stack>\d+) bytes stack frame, (?P<stores>\d+) bytes spill stores, (?P<loads>\d+) bytes spill loads")
+_RE_USED = re.compile(r"^ptxas info\s*: Used (?P<regs>\d+) registers(?P<rest>.*)$")
+_RE_GMEM = re.compile(r"^ptxas info\s*: (?P<gmem>\d+) bytes gmem(?P<rest>.*)$")
+_RE_MAXREG = re.compile(
+    r"^ptxas info\s*: Overriding maximum register limit \d+ for '(?P<name>[^']+)' with\s+(?P<limit>\d+)")
+_RE_DIAG = re.compile(r"^(ptxas|nvcc)\s*(?P<level>warning|error|fatal)\s*:\s*(?P<msg>.*)$")
+# Items after "Used N registers," (comma separated).
+_USED_ITEMS = {
+    "barriers": re.compile(r"^used (\d+) barriers$"),
+    "static_smem_bytes": re.compile(r"^(\d+) bytes smem$"),
+    "cumulative_stack_bytes": re.compile(r"^(\d+) bytes cumulative stack size$"),
+    "cmem": re.compile(r"^(\d+) bytes cmem\[(\d+)\]$"),
+    "textures": re.compile(r"^(\d+) textures$"),
+    "samplers": re.compile(r"^(\d+) samplers$"),
+    "surfaces": re.compile(r"^(\d+) surfaces$"),
+}
+# Archs a command line builds SASS for: -gencode arch=compute_90,code=sm_90 / code=[sm_80,sm_90] / -arch=sm_90.
+_RE_CODE = re.compile(r"(?<![A-Za-z_-])code=\[?([^\s\]]+)\]?")
+_RE_ARCH_FLAG = re.compile(r"(?:^|\s)(?:-arch|--gpu-architecture)(?:=|\s+)(sm_\w+)")
+
+
+class PtxasParseError(ValueError):
+    """The log has an entry function whose report is incomplete or contradictory."""
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    symbol: str  # mangled entry-function name
+    arch: str  # as ptxas names it: sm_90, sm_90a
+    registers: int
+    static_smem_bytes: int
+    stack_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    cumulative_stack_bytes: int | None  # only printed when non-zero
+    barriers: int | None  # None: CUDA 12 format does not report barriers
+    cmem_bytes: dict[int, int] = field(default_factory=dict)  # bank -> bytes
+    gmem_bytes: int | None = None  # per module and arch (the "N bytes gmem" line before the entries)
+    max_registers: int | None = None  # from "Overriding maximum register limit" (-maxrregcount)
+    report_format: str = "cuda13"  # "cuda13" (reports barriers) or "cuda12"
+
+    @property
+    def spill_bytes(self) -> int:
+        return self.spill_store_bytes + self.spill_load_bytes
+
+    def to_row(self) -> dict:
+        row = asdict(self)
+        row["cmem_bytes"] = sum(self.cmem_bytes.values())
+        row["cmem_banks"] = ";".join(f"{b}:{n}" for b, n in sorted(self.cmem_bytes.items()))
+        return row
+
+
+@dataclass(frozen=True)
+class PtxasLog:
+    command: str | None  # the first '# ...' line, without '# ' (the build stage writes one)
+    commands: tuple[str, ...]  # every '# ...' line (a fixture may hold several tool runs)
+    kernels: tuple[KernelResources, ...]
+    diagnostics: tuple[str, ...]  # ptxas/nvcc warning, error and fatal lines, verbatim
+    built_archs: tuple[str, ...]  # archs the command builds SASS for (empty if no command)
+
+
+def archs_in_command(command: str) -> tuple[str, ...]:
+    """The real archs (sm_XX) a nvcc/ptxas command line compiles to; PTX-only targets are not compiled by ptxas."""
+    archs: list[str] = []
+    for m in _RE_CODE.finditer(command):
+        for code in m.group(1).split(","):
+            code = code.strip().strip('"\'')
+            if code.startswith("sm_") and code not in archs:
+                archs.append(code)
+    for m in _RE_ARCH_FLAG.finditer(command):
+        if m.group(1) not in archs:
+            archs.append(m.group(1))
+    return tuple(archs)
+
+
+def _parse_used(rest: str) -> dict:
+    out: dict = {"cmem": {}, "unknown": []}
+    for item in (s.strip() for s in rest.split(",")):
+        if not item:
+            continue
+        for key, rx in _USED_ITEMS.items():
+            m = rx.match(item)
+            if m:
+                if key == "cmem":
+                    out["cmem"][int(m.group(2))] = out["cmem"].get(int(m.group(2)), 0) + int(m.group(1))
+                else:
+                    out[key] = int(m.group(1))
+                break
+        else:
+            out["unknown"].append(item)
+    return out
+
+
+def parse_ptxas(text: str) -> list[KernelResources]:
+    return list(parse_ptxas_log(text).kernels)
+
+
+def parse_ptxas_log(text: str) -> PtxasLog:
+    """Parse one raw log. Raises PtxasParseError when an entry lacks its register report or frame line."""
+    commands: list[str] = []
+    diagnostics: list[str] = []
+    # (name, arch) -> partial record, in first-seen order
+    entries: dict[tuple[str, str], dict] = {}
+    props: dict[tuple[str, str], tuple[int, int, int]] = {}
+    pending_maxreg: dict[str, int] = {}
+    gmem: int | None = None
+    arch: str | None = None  # arch of the entry being reported
+    current: tuple[str, str] | None = None
+    props_for: str | None = None  # function named by the last "Function properties" line
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            commands.append(line[1:].strip())
+            continue
+        if m := _RE_DIAG.match(line.strip()):
+            diagnostics.append(line.strip())
+            continue
+        if m := _RE_MAXREG.match(line):
+            pending_maxreg[m["name"]] = int(m["limit"])
+            continue
+        if m := _RE_GMEM.match(line):
+            gmem = int(m["gmem"])
+            current, props_for = None, None
+            continue
+        if m := _RE_ENTRY.match(line):
+            arch = m["arch"]
+            current = (m["name"], arch)
+            if current in entries:
+                raise PtxasParseError(f"ptxas: entry {m['name']} reported twice for {arch}")
+            entries[current] = {"symbol": m["name"], "arch": arch, "gmem_bytes": gmem,
+                                "max_registers": pending_maxreg.pop(m["name"], None)}
+            props_for = None
+            continue
+        if m := _RE_PROPS.match(line):
+            props_for = m["name"]
+            continue
+        if m := _RE_FRAME.match(line):
+            if props_for is None or arch is None:
+                raise PtxasParseError(f"ptxas: frame line without a 'Function properties' line: {line.strip()!r}")
+            props[(props_for, arch)] = (int(m["stack"]), int(m["stores"]), int(m["loads"]))
+            props_for = None
+            continue
+        if m := _RE_USED.match(line):
+            if current is None:
+                continue  # a register report that belongs to no entry (not printed by ptxas 12/13)
+            rec = entries[current]
+            if "registers" in rec:
+                raise PtxasParseError(f"ptxas: two register reports for {current[0]} on {current[1]}")
+            used = _parse_used(m["rest"])
+            rec["registers"] = int(m["regs"])
+            rec["used"] = used
+            continue
+        # other lines (Compile time = ..., nvcc notes) carry nothing we need
+    kernels = []
+    for key, rec in entries.items():
+        if "registers" not in rec:
+            raise PtxasParseError(f"ptxas: no 'Used N registers' line for {key[0]} on {key[1]}")
+        if key not in props:
+            raise PtxasParseError(f"ptxas: no stack frame / spill line for {key[0]} on {key[1]}")
+        stack, stores, loads = props[key]
+        used = rec["used"]
+        kernels.append(KernelResources(
+            symbol=rec["symbol"], arch=rec["arch"], registers=rec["registers"],
+            static_smem_bytes=used.get("static_smem_bytes", 0), stack_bytes=stack,
+            spill_store_bytes=stores, spill_load_bytes=loads,
+            cumulative_stack_bytes=used.get("cumulative_stack_bytes"),
+            barriers=used.get("barriers"), cmem_bytes=dict(used["cmem"]),
+            gmem_bytes=rec["gmem_bytes"], max_registers=rec["max_registers"],
+            report_format="cuda13" if "barriers" in used else "cuda12"))
+    built: list[str] = []
+    for cmd in commands:
+        built += [a for a in archs_in_command(cmd) if a not in built]
+    return PtxasLog(commands[0] if commands else None, tuple(commands), tuple(kernels), tuple(diagnostics),
+                    tuple(built))

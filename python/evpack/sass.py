@@ -1,0 +1,147 @@
+"""Pure parser of `cuobjdump --dump-sass` output: functions per arch, opcode histograms.
+
+Opcodes are matched exactly, never by substring: the base opcode is the mnemonic before
+the first '.', so `HFMA2.MMA` (a CUDA-core FMA/move that the scheduler issues on the
+tensor pipe, common in plain code) has base `HFMA2` and is not tensor math, while
+`HMMA.16816.F32` has base `HMMA`. Full forms of tensor-core opcodes are kept so FLOPs per
+instruction can be derived (`mma_shape`).
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+# The one mapping of SASS mnemonics the gates and tables use.
+TENSOR_MATH_OPCODES = frozenset({
+    "HMMA", "HGMMA",  # fp16/bf16/tf32 (warp mma.sync / Hopper warpgroup wgmma)
+    "IMMA", "IGMMA", "BMMA", "BGMMA", "DMMA",  # int8/int4, binary, fp64
+    "QMMA", "QGMMA", "OMMA",  # fp8 (Ada/Hopper), fp4
+    "UTCHMMA", "UTCQMMA", "UTCIMMA", "UTCOMMA",  # Blackwell tcgen05.mma
+})
+PROOF_OPCODES = ("HMMA", "HGMMA")  # a `tensor` fp16/bf16 variant must contain one of these
+LOCAL_MEMORY_OPCODES = ("LDL", "STL")  # local memory traffic (spills, stack arrays)
+# Columns of the per-kernel table: base opcodes counted, plus exact full forms.
+TABLE_OPCODES = ("HMMA", "HGMMA", "FFMA", "HFMA2", "MUFU", "LDSM", "LDGSTS", "LDS", "STS", "LDG", "STG",
+                 "LDL", "STL", "BAR")
+TABLE_FULL_FORMS = ("HFMA2.MMA",)
+
+_RE_ARCH = re.compile(r"^arch = (?P<arch>sm_\w+)\s*$")
+_RE_CODE_FOR = re.compile(r"^\s*code for (?P<arch>sm_\w+)\s*$")
+_RE_FUNCTION = re.compile(r"^\s*Function : (?P<name>\S+)\s*$")
+_RE_INSTR = re.compile(r"^\s*/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<body>[^;]*?)\s*;")
+_RE_PRED = re.compile(r"^@!?U?P(?:[0-9]+|T)$")
+
+
+class SassParseError(ValueError):
+    """Instructions outside any function, or a dump with no functions."""
+
+
+@dataclass(frozen=True)
+class SassInstruction:
+    address: int
+    predicate: str | None  # "@!P0", "@UP1", ...
+    opcode: str  # full form: "HMMA.16816.F32", "NOP"
+    text: str  # the instruction as printed, without the encoding comment: "@P0 BRA 0x2c80 ;"
+
+    @property
+    def base(self) -> str:
+        return base_opcode(self.opcode)
+
+
+@dataclass(frozen=True)
+class SassFunction:
+    symbol: str
+    arch: str
+    instructions: tuple[SassInstruction, ...]
+
+    def histogram(self) -> Counter:
+        """Base opcode -> count."""
+        return Counter(i.base for i in self.instructions)
+
+    def full_forms(self, bases=TENSOR_MATH_OPCODES) -> Counter:
+        """Full opcode -> count, for instructions whose base is in `bases`."""
+        return Counter(i.opcode for i in self.instructions if i.base in bases)
+
+    def count_full(self, full: str) -> int:
+        return sum(1 for i in self.instructions if i.opcode == full)
+
+    def first(self, bases=TENSOR_MATH_OPCODES, n: int = 3) -> list[SassInstruction]:
+        out = []
+        for ins in self.instructions:
+            if ins.base in bases:
+                out.append(ins)
+                if len(out) == n:
+                    break
+        return out
+
+
+def base_opcode(opcode: str) -> str:
+    return opcode.split(".", 1)[0]
+
+
+def is_tensor_math(opcode: str) -> bool:
+    return base_opcode(opcode) in TENSOR_MATH_OPCODES
+
+
+def parse_sass(text: str) -> list[SassFunction]:
+    """All functions in a dump, in order; each tagged with the arch of its ELF section."""
+    functions: list[SassFunction] = []
+    arch: str | None = None
+    name: str | None = None
+    body: list[SassInstruction] = []
+
+    def close() -> None:
+        if name is not None:
+            functions.append(SassFunction(name, arch or "", tuple(body)))
+
+    for line in text.splitlines():
+        if m := _RE_ARCH.match(line) or _RE_CODE_FOR.match(line):
+            if name is not None:
+                close()
+                name, body = None, []
+            arch = m["arch"]
+            continue
+        if m := _RE_FUNCTION.match(line):
+            close()
+            if arch is None:
+                raise SassParseError(f"sass: function {m['name']} before any 'arch =' line")
+            name, body = m["name"], []
+            continue
+        if m := _RE_INSTR.match(line):
+            if name is None:
+                raise SassParseError(f"sass: instruction outside a function: {line.strip()!r}")
+            tokens = m["body"].split()
+            pred = None
+            if tokens and _RE_PRED.match(tokens[0]):
+                pred, tokens = tokens[0], tokens[1:]
+            if not tokens:
+                raise SassParseError(f"sass: no opcode in {line.strip()!r}")
+            body.append(SassInstruction(int(m["addr"], 16), pred, tokens[0], m["body"].strip() + " ;"))
+    close()
+    return functions
+
+
+def mma_shape(opcode: str) -> tuple[int, int, int] | None:
+    """(M, N, K) of one tensor-core instruction from its full form.
+
+    HMMA.16816.F32 -> (16, 8, 16) per warp; HMMA.1688 -> (16, 8, 8); HMMA.884 -> (8, 8, 4);
+    HGMMA.64x64x16.F32 -> (64, 64, 16) per warpgroup. FLOPs per instruction = 2*M*N*K.
+    """
+    parts = opcode.split(".")
+    if len(parts) < 2 or parts[0] not in TENSOR_MATH_OPCODES:
+        return None
+    shape = parts[1]
+    if m := re.fullmatch(r"(\d+)x(\d+)x(\d+)", shape):
+        return int(m[1]), int(m[2]), int(m[3])
+    if not shape.isdigit():
+        return None
+    if shape.startswith("16"):
+        mm, rest = 16, shape[2:]
+    elif shape.startswith("8"):
+        mm, rest = 8, shape[1:]
+    else:
+        return None
+    if len(rest) < 2:
+        return None
+    return mm, int(rest[0]), int(rest[1:])

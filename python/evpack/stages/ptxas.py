@@ -1,0 +1,277 @@
+"""PTXAS stage: resources of every kernel x arch from the build's own `-Xptxas -v` logs.
+
+Reads build/ptxas/<object>.log (verbatim nvcc stderr of the real build, first line
+`# nvcc <args>`) and build/kernels.json (threads and dynamic shared memory per kernel);
+compiles nothing. Gates per kernel x arch:
+  - 0 spill bytes (stores + loads) and 0 stack frame, unless the registry Variant.budget allows more;
+  - static + dynamic shared memory within the arch's per-block opt-in limit;
+  - an occupancy estimate of at least one block per SM (recorded and shown for every kernel);
+  - the symbol names a registry kernel (else: unknown kernel, fail);
+  - every built kernel has a row for every arch the build compiled (else: error).
+Canary kernels are in the table, but their results go under data["canaries"], not the status.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import occupancy, ptxas, registry, symbols
+from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json
+
+NAME = "ptxas"
+NEEDS_GPU = False
+TIMEOUT_S = 300
+SCHEMA_VERSION = 1
+
+# Column order of table.csv / table.json rows.
+ROW_KEYS = (
+    "object", "arch", "symbol", "variant", "config", "dtype", "head_dim", "kind", "canary",
+    "registers", "max_registers", "static_smem_bytes", "dynamic_smem_bytes", "total_smem_bytes",
+    "smem_limit_bytes", "stack_bytes", "cumulative_stack_bytes", "spill_store_bytes", "spill_load_bytes",
+    "budget_spill_bytes", "budget_stack_bytes", "barriers", "gmem_bytes", "cmem_bytes", "cmem_banks",
+    "report_format", "threads", "occ_blocks_per_sm", "occ_warps_per_sm", "occupancy", "occ_limiter",
+    "occ_limit_warps", "occ_limit_registers", "occ_limit_smem", "occ_limit_blocks", "occ_limit_barriers",
+    "occ_smem_per_block_bytes", "status", "reason",
+)
+
+
+# ---- shared with the SASS stage ---------------------------------------------------------
+
+def load_built_kernels(pack_dir: Path) -> tuple[dict | None, str]:
+    """build/kernels.json as {(variant, config, dtype, head_dim): row}; (None, why) when unusable."""
+    path = pack_dir / "build" / "kernels.json"
+    if not path.exists():
+        return None, "build/kernels.json is missing (the build did not finish)"
+    try:
+        rows = read_json(path)
+        out = {}
+        for r in rows:
+            out[(r["variant"], r["config"], r["dtype"], int(r["head_dim"]))] = r
+        return out, ""
+    except (ValueError, KeyError, TypeError) as e:
+        return None, f"build/kernels.json is unreadable: {e}"
+
+
+def unknown_built(built: dict) -> list[str]:
+    """kernels.json entries that name no registry kernel."""
+    grid = {(v.name, c.name, dt, d) for v, c, dt, d in registry.kernel_grid(include_canaries=True)}
+    return [f"{k[0]}/{k[1]}/{k[2]}/d{k[3]}" for k in built if k not in grid]
+
+
+def split_canaries(rows: list[dict], tool: str) -> tuple[list[dict], list[dict]]:
+    """(non-canary rows, one entry per canary variant in the form the canary matrix reads:
+    {name, tool, expected, caught, observed, reason, status, kernels}). `caught`: this gate fired."""
+    main, can = [], {}
+    for r in rows:
+        if r.get("canary"):
+            can.setdefault(r["variant"], []).append(r)
+        else:
+            main.append(r)
+    out = []
+    for name, rs in can.items():
+        st = worst(r["status"] for r in rs)
+        bad = [f"{r['arch']}: {r['reason']}" for r in rs if r["status"] != PASS]
+        target = registry.get(name, include_canaries=True).expect_caught_by
+        out.append({"name": name, "tool": tool, "expected": f"caught by {target}, not by {tool}",
+                    "caught": st == FAIL, "status": st,
+                    "observed": bad[0] if bad else f"{len(rs)} kernel x arch rows pass",
+                    "reason": "; ".join(bad), "kernels": rs})
+    return main, out
+
+
+def summary_counts(rows: list[dict]) -> dict:
+    out = {"rows": len(rows)}
+    for s in (PASS, FAIL, ERROR, SKIPPED):
+        out[s] = sum(1 for r in rows if r["status"] == s)
+    return out
+
+
+# ---- evaluation ------------------------------------------------------------------------
+
+def _row(obj: str, k: ptxas.KernelResources, built: dict | None) -> dict:
+    row = {key: None for key in ROW_KEYS}
+    row.update(k.to_row())
+    row["object"] = obj
+    row["canary"] = False
+    reasons: list[str] = []
+    status = PASS
+    kid = symbols.identify(k.symbol)
+    if kid is None:
+        row["status"], row["reason"] = FAIL, f"unknown kernel: {symbols.explain(k.symbol)}"
+        return {key: row[key] for key in ROW_KEYS}
+    row.update(variant=kid.variant, config=kid.config, dtype=kid.dtype, head_dim=kid.head_dim,
+               kind=kid.kind, canary=kid.canary)
+    budget = registry.get(kid.variant, include_canaries=True).budget
+    row["budget_spill_bytes"], row["budget_stack_bytes"] = budget.spill_bytes, budget.stack_bytes
+    if k.spill_bytes > budget.spill_bytes:
+        status = FAIL
+        reasons.append(f"spills {k.spill_bytes} B (stores {k.spill_store_bytes} + loads {k.spill_load_bytes})"
+                       f" > budget {budget.spill_bytes} B")
+    if k.stack_bytes > budget.stack_bytes:
+        status = FAIL
+        reasons.append(f"stack frame {k.stack_bytes} B > budget {budget.stack_bytes} B")
+    entry = (built or {}).get(kid.key)
+    lim = occupancy.limits_for(k.arch)
+    if entry is None:
+        return _finish(row, worst([status, ERROR]),
+                       reasons + [f"{kid.label} is not in build/kernels.json (threads, dynamic smem unknown)"])
+    if lim is None:
+        return _finish(row, worst([status, ERROR]),
+                       reasons + [f"no shared-memory/occupancy limits for {k.arch} in occupancy.ARCH_LIMITS"])
+    dyn, threads = int(entry.get("dynamic_smem_bytes") or 0), int(entry["threads"])
+    total = k.static_smem_bytes + dyn
+    row.update(dynamic_smem_bytes=dyn, threads=threads, total_smem_bytes=total,
+               smem_limit_bytes=lim.smem_per_block_optin)
+    if total > lim.smem_per_block_optin:
+        status = FAIL
+        reasons.append(f"shared memory {total} B (static {k.static_smem_bytes} + dynamic {dyn})"
+                       f" > {k.arch} per-block limit {lim.smem_per_block_optin} B")
+    occ = occupancy.estimate(k.arch, registers=k.registers, threads=threads, static_smem=k.static_smem_bytes,
+                             dynamic_smem=dyn, barriers=k.barriers)
+    row.update(occ_blocks_per_sm=occ.blocks_per_sm, occ_warps_per_sm=occ.warps_per_sm, occupancy=occ.occupancy,
+               occ_limiter=occ.limiter, occ_smem_per_block_bytes=occ.smem_per_block_bytes,
+               **{f"occ_limit_{n}": occ.limits.get(n) for n in ("warps", "registers", "smem", "blocks", "barriers")})
+    if occ.blocks_per_sm == 0:
+        status = FAIL
+        reasons.append(f"cannot launch on {k.arch}: 0 blocks per SM (limited by {occ.limiter})")
+    return _finish(row, status, reasons)
+
+
+def _finish(row: dict, status: str, reasons: list[str]) -> dict:
+    row["status"], row["reason"] = status, "; ".join(reasons)
+    return {key: row[key] for key in ROW_KEYS}
+
+
+def evaluate(pack_dir: Path) -> tuple[StageOutcome, list[dict]]:
+    """(outcome, every table row incl. canaries). Pure: reads only the pack."""
+    build = pack_dir / "build"
+    log_dir = build / "ptxas"
+    if not build.is_dir():
+        return StageOutcome(SKIPPED, "no build in this pack (build/ missing)", {"schema_version": SCHEMA_VERSION}), []
+    logs = sorted(log_dir.glob("*.log")) if log_dir.is_dir() else []
+    built, built_problem = load_built_kernels(pack_dir)
+    problems: list[str] = []
+    if built_problem:
+        problems.append(built_problem)
+    if not logs:
+        problems.append("build/ptxas holds no logs: the build recorded no `-Xptxas -v` output")
+    rows: list[dict] = []
+    log_info = []
+    archs: list[str] = []
+    for path in logs:
+        info = {"object": path.stem, "path": str(path.relative_to(pack_dir)), "command": None,
+                "built_archs": [], "kernels": 0, "error": None, "diagnostics": []}
+        try:
+            log = ptxas.parse_ptxas_log(path.read_text(encoding="utf-8", errors="replace"))
+        except ptxas.PtxasParseError as e:
+            info["error"] = str(e)
+            problems.append(f"{path.name}: {e}")
+            log_info.append(info)
+            continue
+        info.update(command=log.command, built_archs=list(log.built_archs), kernels=len(log.kernels),
+                    diagnostics=list(log.diagnostics[:20]))
+        if log.command is None:
+            problems.append(f"{path.name}: no '# nvcc ...' command line (cannot tell which archs were built)")
+        for a in list(log.built_archs) + [k.arch for k in log.kernels]:
+            if a not in archs:
+                archs.append(a)
+        rows += [_row(path.stem, k, built) for k in log.kernels]
+        log_info.append(info)
+    # every built registry kernel has a row on every built arch
+    failures: list[str] = []
+    if built is not None:
+        failures += [f"build/kernels.json names a kernel outside the registry: {u}" for u in unknown_built(built)]
+        have = {((r["variant"], r["config"], r["dtype"], r["head_dim"]), r["arch"]) for r in rows if r["variant"]}
+        for key in built:
+            for a in archs:
+                if (key, a) not in have:
+                    problems.append(f"no ptxas report for {key[0]}/{key[1]}/{key[2]}/d{key[3]} on {a}")
+    main, canaries = split_canaries(rows, NAME)
+    if not main and not problems:
+        problems.append("the ptxas logs report no (non-canary) kernels")
+    status = worst([r["status"] for r in main] + [ERROR] * len(problems) + [FAIL] * len(failures) or [PASS])
+    data = {"schema_version": SCHEMA_VERSION, "logs": log_info, "archs": archs, "summary": summary_counts(main),
+            "problems": problems + failures, "kernels": main, "canaries": canaries}
+    return StageOutcome(status, outcome_reason(status, main, problems + failures, archs), data), rows
+
+
+def _short(r: dict) -> str:
+    name = f"{r['variant']}/{r['config']}/{r['dtype']}/d{r['head_dim']}" if r["variant"] else r["symbol"]
+    return f"{name} on {r['arch']}"
+
+
+def outcome_reason(status: str, main: list[dict], problems: list[str], archs: list[str]) -> str:
+    if status == PASS:
+        return f"{len(main)} kernel x arch rows on {', '.join(archs)}: every gate passed"
+    bad = [f"{_short(r)}: {r['reason']}" for r in main if r["status"] in (FAIL, ERROR)]
+    items = problems + bad if status == ERROR else bad + problems
+    return f"{len(items)} problem(s); first: {items[0]}" if items else status
+
+
+# ---- stage entry points ------------------------------------------------------------------
+
+def run(ctx: StageContext) -> None:
+    import pandas as pd
+
+    outcome, rows = evaluate(ctx.pack_dir)
+    write_json(ctx.dir / "table.json", {"schema_version": SCHEMA_VERSION, "columns": list(ROW_KEYS), "rows": rows})
+    write_csv(ctx.dir / "table.csv", pd.DataFrame(rows, columns=list(ROW_KEYS)))
+
+
+def write_csv(path: Path, df) -> None:
+    """Atomic CSV write; integer columns with gaps stay integers (pandas nullable Int64)."""
+    for col in df.columns:
+        vals = df[col].dropna()
+        if len(vals) and all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+            df[col] = df[col].astype("Int64")
+    tmp = path.with_name(f".{path.name}.tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+
+
+def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
+    return evaluate(pack_dir)[0]
+
+
+def _kernel_label(r: dict) -> str:
+    if not r["variant"]:
+        return f"`{r['symbol']}` (unknown)"
+    return f"{r['variant']} {r['config']} {r['dtype']} d{r['head_dim']}"
+
+
+def _table(rows: list[dict]) -> list[str]:
+    out = ["| arch | kernel | regs | smem static+dyn / limit (B) | stack (B) | spill st/ld (B) | budget spill/stack |"
+           " blocks/SM (warps, limiter) | status |",
+           "|---|---|---:|---|---:|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["arch"], _kernel_label(r))):
+        smem = (f"{r['static_smem_bytes']}+{r['dynamic_smem_bytes']} / {r['smem_limit_bytes']}"
+                if r["smem_limit_bytes"] is not None else f"{r['static_smem_bytes']}+? / ?")
+        budget = (f"{r['budget_spill_bytes']}/{r['budget_stack_bytes']}" if r["budget_spill_bytes"] is not None else "-")
+        occ = (f"{r['occ_blocks_per_sm']} ({r['occ_warps_per_sm']} warps, {r['occ_limiter']})"
+               if r["occ_blocks_per_sm"] is not None else "-")
+        status = r["status"] if not r["reason"] else f"{r['status']}: {r['reason']}".replace("|", "\\|")
+        out.append(f"| {r['arch']} | {_kernel_label(r)} | {r['registers']} | {smem} | {r['stack_bytes']} | "
+                   f"{r['spill_store_bytes']}/{r['spill_load_bytes']} | {budget} | {occ} | {status} |")
+    return out
+
+
+def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
+    d = outcome.data
+    lines = [f"### PTXAS resources — {outcome.status}", "", outcome.reason, ""]
+    if d.get("logs"):
+        lines.append(f"From the build's own `-Xptxas -v` output: {len(d['logs'])} log(s) in `build/ptxas/`, "
+                     f"archs {', '.join(d.get('archs', []))}. Budgets are the registry's `Variant.budget` "
+                     "(default 0 B spill, 0 B stack). Occupancy: blocks per SM from registers (256-register "
+                     "warp allocation, 4 sub-partitions), shared memory (incl. 1 KB reserved per block, largest "
+                     "carveout), threads and the per-SM block limit.")
+        lines.append("")
+    for p in d.get("problems", [])[:20]:
+        lines.append(f"- **problem:** {p}")
+    if d.get("problems"):
+        lines.append("")
+    if d.get("kernels"):
+        lines += _table(d["kernels"]) + [""]
+    if d.get("canaries"):
+        lines.append("Canary kernels (their gates are read by the canary matrix, not this stage's status):")
+        lines.append("")
+        lines += _table([r for c in d["canaries"] for r in c["kernels"]]) + [""]
+    return "\n".join(lines)

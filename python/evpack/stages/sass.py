@@ -1,0 +1,326 @@
+"""SASS stage: disassemble the exact shared object the pipeline imports; prove tensor-core use.
+
+run(): re-hash the file named by build/binary.json (and build/binary_canaries.json when
+the canary extension was built), record sass/binary.json {"module", "path", "sha256"},
+run `cuobjdump --dump-sass` on it (cuobjdump needs nvdisasm on PATH: tools.tool_env) and
+keep the dump verbatim as sass/<module>.sass, plus parsed histograms.
+
+derive(): re-parses the dumps. Gates per kernel symbol x arch:
+  - the disassembled file is the one the build recorded (SHA-256 equal), else fail;
+  - the symbol names a registry kernel, else fail (unknown kernel);
+  - `tensor` variant: >= 1 HMMA/HGMMA and no LDL/STL; `scalar` variant: no tensor-core math
+    at all (exact opcodes: HFMA2.MMA is a CUDA-core instruction and does not count);
+  - every built kernel is in the dump on every arch the dump holds, else error.
+Canary results go under data["canaries"] (the decoy canary is expected to pass here).
+"""
+from __future__ import annotations
+
+import gzip
+import subprocess
+from pathlib import Path
+
+from .. import binary, sass, symbols, tools
+from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
+from .ptxas import load_built_kernels, split_canaries, summary_counts, unknown_built, write_csv
+
+NAME = "sass"
+NEEDS_GPU = False
+TIMEOUT_S = 900
+SCHEMA_VERSION = 1
+# The full build's dump is ~20 MB of text (16 kernels x 3 archs, CUDA 13.0), ~1.7 MB gzip-compressed;
+# the pack keeps cuobjdump's stdout byte for byte inside a gzip stream (mtime 0: reproducible bytes).
+COMPRESS_DUMP = True
+REPORT_ARCH = "sm_90"  # the arch whose tensor-core lines report.md quotes (else the highest in the dump)
+# build/<file> -> (sass/<file>, dump file stem)
+BINARIES = (("binary.json", "evpack._C"), ("binary_canaries.json", "evpack._canaries"))
+
+ROW_KEYS = ("module", "arch", "symbol", "variant", "config", "dtype", "head_dim", "kind", "canary",
+            "instructions", "tensor_math", "tensor_forms",
+            *(op.lower() for op in sass.TABLE_OPCODES), "hfma2_mma", "first_tensor_lines", "status", "reason")
+_CSV_DROP = ("tensor_forms", "first_tensor_lines")
+
+
+def _dump_name(module: str) -> str:
+    return f"{module}.sass.gz" if COMPRESS_DUMP else f"{module}.sass"
+
+
+def read_dump(path: Path) -> str:
+    """The cuobjdump output as it was printed (gzip is storage only)."""
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    return data.decode("utf-8", errors="replace")
+
+
+# ---- run -------------------------------------------------------------------------------
+
+def _tool_version(exe: str) -> str | None:
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60, env=tools.tool_env())
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+    return next((ln for ln in lines if "release" in ln), lines[-1] if lines else None)
+
+
+def run(ctx: StageContext) -> None:
+    build = ctx.pack_dir / "build"
+    record: dict = {"schema_version": SCHEMA_VERSION, "tools": {}, "binaries": [], "problems": []}
+    cuobjdump, nvdisasm = tools.find_tool("cuobjdump"), tools.find_tool("nvdisasm")
+    record["tools"] = {"cuobjdump": cuobjdump, "nvdisasm": nvdisasm,
+                       "cuobjdump_version": _tool_version(cuobjdump) if cuobjdump else None}
+    if not (build / "binary.json").exists():
+        record["problems"].append("no build/binary.json: nothing to disassemble")
+        write_json(ctx.dir / "run.json", record)
+        return
+    if cuobjdump is None:
+        record["problems"].append("cuobjdump not found (PATH, CUDA_HOME/bin, pip nvidia-cuda-cuobjdump)")
+    if nvdisasm is None:
+        record["problems"].append("nvdisasm not found (cuobjdump --dump-sass needs it; pip nvidia-cuda-nvdisasm)")
+    for build_name, module_default in BINARIES:
+        src = build / build_name
+        if not src.exists():
+            continue
+        b = read_json(src)
+        module = b.get("module", module_default)
+        path = Path(b["path"])
+        entry = {"module": module, "path": str(path), "build_json": f"build/{build_name}",
+                 "build_sha256": b.get("sha256"), "sha256": None, "dump": None, "command": None, "rc": None}
+        record["binaries"].append(entry)
+        if not path.exists():
+            record["problems"].append(f"{module}: {path} (from build/{build_name}) does not exist")
+            continue
+        entry["sha256"] = binary.sha256_file(path)
+        write_json(ctx.dir / build_name, {"module": module, "path": str(path), "sha256": entry["sha256"]})
+        if cuobjdump is None or nvdisasm is None:
+            continue
+        cmd = [cuobjdump, "--dump-sass", str(path)]
+        proc = subprocess.run(cmd, capture_output=True, env=tools.tool_env(), timeout=TIMEOUT_S - 60)
+        entry.update(command=" ".join(cmd), rc=proc.returncode, dump=_dump_name(module), dump_bytes=len(proc.stdout))
+        _write_dump(ctx.dir / _dump_name(module), proc.stdout)
+        if proc.stderr.strip():
+            entry["stderr"] = f"{module}.stderr.txt"
+            write_text(ctx.dir / entry["stderr"], proc.stderr.decode("utf-8", errors="replace"))
+        after = binary.sha256_file(path)
+        if after != entry["sha256"]:
+            record["problems"].append(f"{module}: {path} changed while it was disassembled "
+                                      f"({entry['sha256']} -> {after})")
+    write_json(ctx.dir / "run.json", record)
+    # parsed tables for people; derive() re-parses the dumps itself
+    outcome, rows, hists = evaluate(ctx.pack_dir, ctx.dir)
+    write_json(ctx.dir / "histogram.json", {"schema_version": SCHEMA_VERSION, "functions": hists})
+    write_json(ctx.dir / "table.json", {"schema_version": SCHEMA_VERSION, "columns": list(ROW_KEYS), "rows": rows})
+    import pandas as pd
+
+    cols = [k for k in ROW_KEYS if k not in _CSV_DROP]
+    write_csv(ctx.dir / "table.csv", pd.DataFrame([{k: r[k] for k in cols} for r in rows], columns=cols))
+    long = [{"module": h["module"], "symbol": h["symbol"], "arch": h["arch"], "opcode": op, "count": n}
+            for h in hists for op, n in sorted(h["histogram"].items())]
+    write_csv(ctx.dir / "histogram.csv", pd.DataFrame(long, columns=["module", "symbol", "arch", "opcode", "count"]))
+
+
+def _write_dump(path: Path, data: bytes) -> None:
+    """cuobjdump's stdout, byte for byte (inside a gzip stream when the name ends in .gz)."""
+    if path.suffix == ".gz":
+        data = gzip.compress(data, compresslevel=6, mtime=0)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+# ---- derive ----------------------------------------------------------------------------
+
+def kernel_row(module: str, fn: sass.SassFunction, kid: symbols.KernelId | None, variants=None) -> dict:
+    """One table row and its proof-gate status for one function in one arch (pure)."""
+    hist = fn.histogram()
+    forms = fn.full_forms()
+    row = {k: None for k in ROW_KEYS}
+    row.update(module=module, arch=fn.arch, symbol=fn.symbol, canary=False, instructions=len(fn.instructions),
+               tensor_math=sum(forms.values()), tensor_forms=dict(sorted(forms.items())),
+               hfma2_mma=fn.count_full("HFMA2.MMA"),
+               first_tensor_lines=[{"address": f"{i.address:04x}", "text": i.text} for i in fn.first()])
+    for op in sass.TABLE_OPCODES:
+        row[op.lower()] = hist.get(op, 0)
+    if kid is None:
+        row["status"], row["reason"] = FAIL, f"unknown kernel: {symbols.explain(fn.symbol, variants)}"
+        return row
+    row.update(variant=kid.variant, config=kid.config, dtype=kid.dtype, head_dim=kid.head_dim, kind=kid.kind,
+               canary=kid.canary)
+    reasons = []
+    if kid.kind == "tensor":
+        proof = sum(hist.get(op, 0) for op in sass.PROOF_OPCODES)
+        if proof == 0:
+            reasons.append(f"tensor variant without {'/'.join(sass.PROOF_OPCODES)}"
+                           f" (tensor-core math: {row['tensor_math']}, HFMA2.MMA: {row['hfma2_mma']})")
+        local = {op: hist.get(op, 0) for op in sass.LOCAL_MEMORY_OPCODES if hist.get(op, 0)}
+        if local:
+            reasons.append("local-memory traffic: " + ", ".join(f"{op} x{n}" for op, n in local.items()))
+    elif kid.kind == "scalar":
+        if row["tensor_math"]:
+            reasons.append("scalar variant with tensor-core math: "
+                           + ", ".join(f"{op} x{n}" for op, n in row["tensor_forms"].items()))
+    else:
+        reasons.append(f"registry kind {kid.kind!r} has no SASS rule")
+    row["status"] = FAIL if reasons else PASS
+    row["reason"] = "; ".join(reasons)
+    return row
+
+
+def _histogram(module: str, fn: sass.SassFunction) -> dict:
+    forms = fn.full_forms(sass.TENSOR_MATH_OPCODES)
+    for full in sass.TABLE_FULL_FORMS:
+        if n := fn.count_full(full):
+            forms[full] = n
+    return {"module": module, "symbol": fn.symbol, "arch": fn.arch,
+            "histogram": dict(sorted(fn.histogram().items())), "full_forms": dict(sorted(forms.items()))}
+
+
+def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict], list[dict]]:
+    """(outcome, every row incl. canaries, histograms). Reads only files inside the pack."""
+    data: dict = {"schema_version": SCHEMA_VERSION}
+    if not (pack_dir / "build" / "binary.json").exists():
+        return StageOutcome(SKIPPED, "no build in this pack (build/binary.json missing)", data), [], []
+    run_json = stage_dir / "run.json"
+    if not run_json.exists():
+        return StageOutcome(ERROR, "the SASS stage recorded no run (sass/run.json missing)", data), [], []
+    rec = read_json(run_json)
+    problems: list[str] = list(rec.get("problems", []))
+    failures: list[str] = []
+    bins = []
+    rows: list[dict] = []
+    hists: list[dict] = []
+    archs: list[str] = []
+    for build_name, _ in BINARIES:
+        src = pack_dir / "build" / build_name
+        if not src.exists():
+            continue
+        b = read_json(src)
+        module = b.get("module")
+        mine_path = stage_dir / build_name
+        entry = next((e for e in rec.get("binaries", []) if e.get("build_json") == f"build/{build_name}"), {})
+        info = {"module": module, "path": b.get("path"), "build_sha256": b.get("sha256"), "sha256": None,
+                "dump": entry.get("dump"), "dump_bytes": entry.get("dump_bytes"), "command": entry.get("command")}
+        bins.append(info)
+        if not mine_path.exists():
+            problems.append(f"{module}: no sass/{build_name} (the binary was not hashed)")
+            continue
+        mine = read_json(mine_path)
+        info["sha256"] = mine.get("sha256")
+        if mine.get("sha256") != b.get("sha256"):
+            failures.append(f"{module}: binary mismatch: build recorded sha256 {b.get('sha256')}, "
+                            f"disassembled {mine.get('sha256')} ({mine.get('path')})")
+        dump = stage_dir / (entry.get("dump") or _dump_name(module))
+        if entry.get("rc") not in (0, None) or not dump.exists():
+            problems.append(f"{module}: cuobjdump did not produce a dump (rc {entry.get('rc')})")
+            continue
+        try:
+            fns = sass.parse_sass(read_dump(dump))
+        except (sass.SassParseError, OSError, EOFError) as e:
+            problems.append(f"{module}: {e}")
+            continue
+        if not fns:
+            problems.append(f"{module}: the dump holds no functions ({dump.name}, {dump.stat().st_size} B)")
+            continue
+        seen = set()
+        for fn in fns:
+            if (fn.symbol, fn.arch) in seen:
+                problems.append(f"{module}: {fn.symbol} appears twice for {fn.arch}")
+                continue
+            seen.add((fn.symbol, fn.arch))
+            if fn.arch not in archs:
+                archs.append(fn.arch)
+            rows.append(kernel_row(module, fn, symbols.identify(fn.symbol)))
+            hists.append(_histogram(module, fn))
+    # every built kernel is in its module's dump on every arch that dump holds
+    built, built_problem = load_built_kernels(pack_dir)
+    if built is None:
+        problems.append(built_problem)
+    else:
+        failures += [f"build/kernels.json names a kernel outside the registry: {u}" for u in unknown_built(built)]
+        have = {(r["module"], (r["variant"], r["config"], r["dtype"], r["head_dim"]), r["arch"])
+                for r in rows if r["variant"]}
+        mod_archs: dict[str, set] = {}
+        for r in rows:
+            mod_archs.setdefault(r["module"], set()).add(r["arch"])
+        dumped = {i["module"] for i in bins if i["sha256"]}
+        for key, k in built.items():
+            module = k.get("module", "evpack._C")
+            if module not in dumped:
+                problems.append(f"{key[0]}/{key[1]}/{key[2]}/d{key[3]}: module {module} was not disassembled")
+                continue
+            for a in sorted(mod_archs.get(module, ())):
+                if (module, key, a) not in have:
+                    problems.append(f"{key[0]}/{key[1]}/{key[2]}/d{key[3]} is not in the {module} SASS for {a}")
+    main, canaries = split_canaries(rows, NAME)
+    if not main and not problems:
+        problems.append("no (non-canary) kernels in the SASS")
+    status = worst([r["status"] for r in main] + [ERROR] * len(problems) + [FAIL] * len(failures) or [PASS])
+    report_arch = REPORT_ARCH if REPORT_ARCH in archs else (max(archs, key=_arch_num) if archs else None)
+    data.update(binaries=bins, tools=rec.get("tools", {}), archs=archs, report_arch=report_arch,
+                summary=summary_counts(main), problems=failures + problems, kernels=main, canaries=canaries)
+    return StageOutcome(status, _reason(status, main, failures, problems, archs), data), rows, hists
+
+
+def _arch_num(arch: str) -> int:
+    digits = "".join(ch for ch in arch[3:] if ch.isdigit())
+    return int(digits) if digits else 0
+
+
+def _short(r: dict) -> str:
+    name = f"{r['variant']}/{r['config']}/{r['dtype']}/d{r['head_dim']}" if r["variant"] else r["symbol"]
+    return f"{name} on {r['arch']}"
+
+
+def _reason(status: str, main: list[dict], failures: list[str], problems: list[str], archs: list[str]) -> str:
+    if status == PASS:
+        t = sum(1 for r in main if r["kind"] == "tensor")
+        return (f"{len(main)} kernel x arch rows on {', '.join(archs)}: {t} tensor rows with HMMA/HGMMA and no "
+                f"LDL/STL, {len(main) - t} scalar rows with no tensor-core math")
+    bad = [f"{_short(r)}: {r['reason']}" for r in main if r["status"] in (FAIL, ERROR)]
+    items = problems + failures + bad if status == ERROR else failures + bad + problems
+    return f"{len(items)} problem(s); first: {items[0]}" if items else status
+
+
+def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
+    return evaluate(pack_dir, stage_dir)[0]
+
+
+# ---- report ----------------------------------------------------------------------------
+
+def _label(r: dict) -> str:
+    return f"{r['variant']} {r['config']} {r['dtype']} d{r['head_dim']}" if r["variant"] else f"`{r['symbol']}`"
+
+
+def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
+    d = outcome.data
+    lines = [f"### SASS tensor-core proof — {outcome.status}", "", outcome.reason, ""]
+    for b in d.get("binaries", []):
+        lines.append(f"- `{b['module']}`: `{b['path']}` sha256 `{b['sha256']}` "
+                     f"(build recorded `{b['build_sha256']}`), dump `sass/{b['dump']}` ({b['dump_bytes']} B)")
+    for p in d.get("problems", [])[:20]:
+        lines.append(f"- **problem:** {p}")
+    lines.append("")
+    arch = d.get("report_arch")
+    rows = d.get("kernels", []) + [r for c in d.get("canaries", []) for r in c["kernels"]]
+    if arch:
+        lines += [f"Opcode counts on {arch} (exact mnemonics; HFMA2.MMA is CUDA-core code, not tensor math). "
+                  "Other archs: `sass/table.csv`.", "",
+                  "| kernel | kind | instr | HMMA | HGMMA | HFMA2.MMA | FFMA | MUFU | LDSM | LDGSTS | LDL/STL | status |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+        for r in sorted((r for r in rows if r["arch"] == arch), key=lambda r: (bool(r["canary"]), _label(r))):
+            status = r["status"] if not r["reason"] else f"{r['status']}: {r['reason']}".replace("|", "\\|")
+            kind = (r["kind"] or "?") + (" (canary)" if r["canary"] else "")
+            lines.append(f"| {_label(r)} | {kind} | {r['instructions']} | {r['hmma']} | {r['hgmma']} | "
+                         f"{r['hfma2_mma']} | {r['ffma']} | {r['mufu']} | {r['ldsm']} | {r['ldgsts']} | "
+                         f"{r['ldl']}/{r['stl']} | {status} |")
+        lines.append("")
+        for r in sorted((r for r in rows if r["arch"] == arch and r["kind"] == "tensor"), key=_label):
+            lines.append(f"First tensor-core instructions of {_label(r)} ({arch}):")
+            lines.append("```")
+            lines += [f"/*{q['address']}*/ {q['text']}" for q in r["first_tensor_lines"]] or ["(none)"]
+            lines.append("```")
+        others = sorted({r["arch"] for r in rows} - {arch})
+        for a in others:
+            rs = [r for r in rows if r["arch"] == a and not r["canary"]]
+            lines.append(f"- {a}: {sum(r['status'] == PASS for r in rs)}/{len(rs)} kernel rows pass")
+    return "\n".join(lines)

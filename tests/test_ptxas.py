@@ -1,0 +1,259 @@
+"""PTXAS parser and stage, on real `ptxas -v` output (tests/fixtures/ptxas, see fixtures/README.md)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from evpack import ptxas, registry
+from evpack.stages import ptxas as stage
+from evpack.stages.base import ERROR, FAIL, PASS, SKIPPED, StageContext
+
+FIX = Path(__file__).parent / "fixtures" / "ptxas"
+CUDA13 = FIX / "kernels.cuda13.0.sm80_89_90.log"
+CUDA12 = FIX / "kernels.cuda12.4.sm80_90.log"
+SPILL13 = FIX / "spill.cuda13.0.maxrreg32.sm80_90.log"
+SPILL12 = FIX / "spill.cuda12.4.maxrreg32.sm80.log"
+EXTRA = FIX / "extra.cuda13.0.sm90a.log"
+
+WMMA_F16 = "_ZN6evpack4wmma10fwd_kernelINS0_14cfg_m64n64w4s1E6__halfLi64EEEvNS_9FwdParamsE"
+WMMA_BF16 = "_ZN6evpack4wmma10fwd_kernelINS0_14cfg_m64n64w4s1E13__nv_bfloat16Li64EEEvNS_9FwdParamsE"
+SCALAR = "_ZN6evpack6scalar10fwd_kernelINS0_14cfg_m64n64w2s1E6__halfLi64EEEvNS_9FwdParamsE"
+DECOY = "_ZN6evpack17canary_decoy_hmma10fwd_kernelINS0_14cfg_m64n64w2s1E6__halfLi64EEEvNS_9FwdParamsE"
+
+# threads and dynamic shared memory of the fixture kernels (what build/kernels.json would say)
+FIXTURE_KERNELS = [
+    {"variant": "scalar", "config": "m64n64w2s1", "dtype": "fp16", "head_dim": 64, "threads": 64,
+     "dynamic_smem_bytes": 0, "module": "evpack._C"},
+    {"variant": "wmma", "config": "m64n64w4s1", "dtype": "fp16", "head_dim": 64, "threads": 128,
+     "dynamic_smem_bytes": 0, "module": "evpack._C"},
+    {"variant": "wmma", "config": "m64n64w4s1", "dtype": "bf16", "head_dim": 64, "threads": 128,
+     "dynamic_smem_bytes": 0, "module": "evpack._C"},
+    {"variant": "canary_decoy_hmma", "config": "m64n64w2s1", "dtype": "fp16", "head_dim": 64, "threads": 64,
+     "dynamic_smem_bytes": 0, "module": "evpack._canaries"},
+]
+
+
+def by_key(rows):
+    return {(k.symbol, k.arch): k for k in rows}
+
+
+# ---- parser ------------------------------------------------------------------------------
+
+def test_cuda13_multi_arch():
+    log = ptxas.parse_ptxas_log(CUDA13.read_text())
+    assert log.command.startswith("nvcc -c -Xptxas -v -gencode arch=compute_80,code=sm_80")
+    assert log.built_archs == ("sm_80", "sm_89", "sm_90")
+    assert len(log.kernels) == 12  # 4 kernels x 3 archs
+    k = by_key(log.kernels)
+    bf16_89 = k[(WMMA_BF16, "sm_89")]
+    assert (bf16_89.registers, bf16_89.static_smem_bytes, bf16_89.barriers) == (40, 4096, 1)
+    assert (bf16_89.stack_bytes, bf16_89.spill_bytes, bf16_89.gmem_bytes) == (0, 0, 0)
+    assert bf16_89.cmem_bytes == {0: 400} and bf16_89.report_format == "cuda13"
+    assert k[(WMMA_F16, "sm_90")].registers == 32 and k[(WMMA_F16, "sm_90")].cmem_bytes == {}
+    assert k[(SCALAR, "sm_80")].static_smem_bytes == 0 and k[(SCALAR, "sm_80")].barriers == 0
+    assert k[(DECOY, "sm_89")].registers == 38
+    assert all(r.max_registers is None for r in log.kernels)
+
+
+def test_cuda12_register_format():
+    log = ptxas.parse_ptxas_log(CUDA12.read_text())
+    assert log.built_archs == ("sm_80", "sm_90")  # two ptxas runs, one '#' line each
+    assert len(log.kernels) == 8
+    assert all(r.report_format == "cuda12" and r.barriers is None for r in log.kernels)
+    k12 = by_key(log.kernels)
+    k13 = by_key(ptxas.parse_ptxas(CUDA13.read_text()))
+    # the same PTX gives the same resources on sm_80 under ptxas 12.4 and 13.0
+    for sym in (WMMA_F16, WMMA_BF16, SCALAR, DECOY):
+        a, b = k12[(sym, "sm_80")], k13[(sym, "sm_80")]
+        assert (a.registers, a.static_smem_bytes, a.stack_bytes) == (b.registers, b.static_smem_bytes, b.stack_bytes)
+    assert k12[(WMMA_F16, "sm_80")].static_smem_bytes == 4096
+
+
+@pytest.mark.parametrize("path,archs,stack", [(SPILL13, ("sm_80", "sm_90"), 912), (SPILL12, ("sm_80",), 896)])
+def test_spills_stack_and_maxrregcount(path, archs, stack):
+    log = ptxas.parse_ptxas_log(path.read_text())
+    assert log.built_archs == archs
+    k = by_key(log.kernels)
+    for a in archs:
+        s = k[(SCALAR, a)]
+        assert (s.registers, s.max_registers) == (32, 32)
+        assert (s.spill_store_bytes, s.spill_load_bytes, s.spill_bytes) == (1120, 1120, 2240)
+        assert s.stack_bytes == stack and s.cumulative_stack_bytes == stack
+        assert k[("stray_kernel", a)].spill_bytes == 0
+    # the non-inlined device function has a "Function properties" block but is no entry
+    assert not any("helper" in r.symbol for r in log.kernels)
+    assert len(log.kernels) == 2 * len(archs)
+
+
+def test_arch_suffix_and_stack_frame():
+    log = ptxas.parse_ptxas_log(EXTRA.read_text())
+    assert log.built_archs == ("sm_90a",)
+    assert {r.arch for r in log.kernels} == {"sm_90a"}
+    wmma = next(r for r in log.kernels if "4wmma" in r.symbol)
+    assert (wmma.stack_bytes, wmma.spill_bytes, wmma.cumulative_stack_bytes) == (32, 0, 32)
+
+
+def _arch_blocks(text: str) -> tuple[list[str], list[list[str]]]:
+    head, blocks = [], []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            head.append(line)
+        elif "bytes gmem" in line:
+            blocks.append([line])
+        else:
+            blocks[-1].append(line)
+    return head, blocks
+
+
+def test_order_of_arch_blocks_does_not_matter():
+    # nvcc --threads N prints each arch's block whole, in completion order
+    text = CUDA13.read_text()
+    head, blocks = _arch_blocks(text)
+    assert len(blocks) == 3
+    shuffled = "\n".join(head + blocks[2] + blocks[0] + blocks[1]) + "\n"
+    def key(k):
+        return (k.symbol, k.arch)
+
+    assert sorted(ptxas.parse_ptxas(shuffled), key=key) == sorted(ptxas.parse_ptxas(text), key=key)
+
+
+def test_incomplete_report_is_an_error():
+    lines = CUDA13.read_text().splitlines()
+    cut = [ln for ln in lines if not (ln.startswith("ptxas info    : Used") and "4096 bytes smem" in ln)]
+    with pytest.raises(ptxas.PtxasParseError, match="no 'Used N registers' line"):
+        ptxas.parse_ptxas("\n".join(cut))
+    no_frame = [ln for ln in lines if "bytes stack frame" not in ln]
+    with pytest.raises(ptxas.PtxasParseError, match="stack frame"):
+        ptxas.parse_ptxas("\n".join(no_frame))
+
+
+@pytest.mark.parametrize("cmd,archs", [
+    ("nvcc -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=compute_90 x.cu", ("sm_80",)),
+    ("nvcc -gencode arch=compute_90a,code=[sm_90a,compute_90a] x.cu", ("sm_90a",)),
+    ("nvcc -gencode=arch=compute_90,code=\"sm_90,compute_90\" x.cu", ("sm_90",)),
+    ("nvcc -arch=sm_89 x.cu", ("sm_89",)),
+    ("nvcc --generate-code=arch=compute_80,code=[compute_80,sm_80] --generate-code=arch=compute_90,code=[sm_90] x.cu",
+     ("sm_80", "sm_90")),
+    ("ptxas -v -arch=sm_80 --maxrregcount=32 x.ptx", ("sm_80",)),
+    ("nvcc --gpu-architecture sm_90 x.cu", ("sm_90",)),
+])
+def test_archs_in_command(cmd, archs):
+    assert ptxas.archs_in_command(cmd) == archs
+
+
+# ---- stage ---------------------------------------------------------------------------------
+
+def make_pack(tmp_path: Path, logs=(CUDA13,), kernels=FIXTURE_KERNELS) -> Path:
+    pack = tmp_path / "pack"
+    (pack / "build" / "ptxas").mkdir(parents=True)
+    (pack / stage.NAME).mkdir()
+    for i, log in enumerate(logs):
+        (pack / "build" / "ptxas" / f"obj{i}_{log.stem}.log").write_text(log.read_text())
+    if kernels is not None:
+        (pack / "build" / "kernels.json").write_text(json.dumps(kernels))
+    return pack
+
+
+def derive(pack: Path):
+    return stage.derive(pack / stage.NAME, pack)
+
+
+def test_stage_passes_on_clean_build(tmp_path):
+    pack = make_pack(tmp_path)
+    stage.run(StageContext(pack, pack / stage.NAME, tmp_path))
+    out = derive(pack)
+    assert out.status == PASS, out.reason
+    assert out.data["archs"] == ["sm_80", "sm_89", "sm_90"]
+    assert out.data["summary"] == {"rows": 9, "pass": 9, "fail": 0, "error": 0, "skipped": 0}
+    # canaries are reported apart from the stage's own kernels
+    assert [c["name"] for c in out.data["canaries"]] == ["canary_decoy_hmma"]
+    decoy = out.data["canaries"][0]
+    assert decoy["status"] == PASS and decoy["caught"] is False and decoy["tool"] == "ptxas"
+    assert len(decoy["kernels"]) == 3
+    assert not any(r["canary"] for r in out.data["kernels"])
+    row = next(r for r in out.data["kernels"] if r["arch"] == "sm_90" and r["dtype"] == "bf16")
+    assert row["occ_blocks_per_sm"] == 16 and row["occ_limiter"] == "warps"
+    assert row["smem_limit_bytes"] == 232448 and row["total_smem_bytes"] == 4096
+    table = json.loads((pack / "ptxas" / "table.json").read_text())
+    assert len(table["rows"]) == 12 and table["columns"] == list(stage.ROW_KEYS)
+    csv = (pack / "ptxas" / "table.csv").read_text().splitlines()
+    assert csv[0].split(",") == list(stage.ROW_KEYS) and len(csv) == 13
+    md = stage.report_md(pack / "ptxas", out)
+    assert "budget spill/stack" in md and "| sm_90 | wmma m64n64w4s1 bf16 d64 | 32 |" in md
+    assert "Canary kernels" in md
+
+
+def test_stage_fails_on_spills_and_unknown_kernel(tmp_path):
+    pack = make_pack(tmp_path, logs=(SPILL13,), kernels=FIXTURE_KERNELS[:1])
+    out = derive(pack)
+    assert out.status == FAIL
+    rows = {(r["variant"], r["arch"]): r for r in out.data["kernels"]}
+    scalar = rows[("scalar", "sm_90")]
+    assert scalar["status"] == FAIL
+    assert "spills 2240 B (stores 1120 + loads 1120) > budget 0 B" in scalar["reason"]
+    assert "stack frame 912 B > budget 0 B" in scalar["reason"]
+    stray = rows[(None, "sm_80")]
+    assert stray["status"] == FAIL and stray["reason"].startswith("unknown kernel")
+
+
+def test_budget_allows_declared_spills(tmp_path, monkeypatch):
+    scalar = registry.get("scalar")
+    patched = dataclasses.replace(scalar, budget=registry.ResourceBudget(spill_bytes=2240, stack_bytes=912))
+    monkeypatch.setattr(registry, "VARIANTS", tuple(patched if v.name == "scalar" else v for v in registry.VARIANTS))
+    pack = make_pack(tmp_path, logs=(SPILL13,), kernels=FIXTURE_KERNELS[:1])
+    out = derive(pack)
+    rows = [r for r in out.data["kernels"] if r["variant"] == "scalar"]
+    assert [r["status"] for r in rows] == [PASS, PASS]
+    assert rows[0]["budget_spill_bytes"] == 2240
+    assert "2240/912" in stage.report_md(pack / "ptxas", out)
+    assert out.status == FAIL  # still: stray_kernel is unknown
+
+
+def test_shared_memory_limit_per_arch(tmp_path):
+    kernels = [dict(k) for k in FIXTURE_KERNELS]
+    # 97280 + 4096 static = 101376 = the sm_89 limit exactly; one byte more fails on sm_89 only
+    kernels[1]["dynamic_smem_bytes"] = 97281
+    out = derive(make_pack(tmp_path, kernels=kernels))
+    assert out.status == FAIL
+    bad = [r for r in out.data["kernels"] if r["status"] == FAIL]
+    assert [(r["arch"], r["dtype"]) for r in bad] == [("sm_89", "fp16")]
+    assert "shared memory 101377 B (static 4096 + dynamic 97281) > sm_89 per-block limit 101376 B" in bad[0]["reason"]
+    ok80 = next(r for r in out.data["kernels"] if r["arch"] == "sm_80" and r["dtype"] == "fp16" and r["variant"] == "wmma")
+    assert ok80["status"] == PASS and ok80["occ_blocks_per_sm"] == 1 and ok80["occ_limiter"] == "smem"
+
+
+def test_missing_row_for_built_arch_is_an_error(tmp_path):
+    text = CUDA13.read_text()
+    head, blocks = _arch_blocks(text)
+    # drop the bf16 wmma kernel from the sm_90 block only
+    blk = blocks[2]
+    i = next(j for j, ln in enumerate(blk) if WMMA_BF16 in ln and "Compiling" in ln)
+    blocks[2] = blk[:i] + blk[i + 5:]
+    src = tmp_path / "cut.log"
+    src.write_text("\n".join(head + [ln for b in blocks for ln in b]) + "\n")
+    out = derive(make_pack(tmp_path, logs=(src,)))
+    assert out.status == ERROR
+    assert "no ptxas report for wmma/m64n64w4s1/bf16/d64 on sm_90" in out.data["problems"]
+
+
+def test_missing_inputs(tmp_path):
+    pack = make_pack(tmp_path, kernels=None)
+    out = derive(pack)
+    assert out.status == ERROR and "build/kernels.json is missing" in out.reason
+    empty = tmp_path / "empty"
+    (empty / "build").mkdir(parents=True)
+    (empty / "build" / "kernels.json").write_text(json.dumps(FIXTURE_KERNELS))
+    out = stage.derive(empty / "ptxas", empty)
+    assert out.status == ERROR and "no logs" in out.reason
+    out = stage.derive(tmp_path / "none" / "ptxas", tmp_path / "none")
+    assert out.status == SKIPPED and "no build" in out.reason
+
+
+def test_unparseable_log_is_an_error(tmp_path):
+    bad = tmp_path / "bad.log"
+    bad.write_text("\n".join(ln for ln in CUDA13.read_text().splitlines() if "registers" not in ln))
+    out = derive(make_pack(tmp_path, logs=(CUDA13, bad)))
+    assert out.status == ERROR and "no 'Used N registers' line" in out.reason
