@@ -1,0 +1,223 @@
+"""`python -m evpack history`: the packs under artifacts/ and the speedup trend over them.
+
+Lists every pack in artifacts/packs/ (local runs, git-ignored) and artifacts/reference/
+(packs committed on purpose) with its commit, GPU, label and canonical speedup against
+SDPA, oldest first; `--plot PATH` draws the speedup over the packs. Everything is read
+from each pack's pack.json (and env.json for the GPU when pack.json has no summary):
+this module never re-derives results, `verify` does that.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = ("packs", "reference")
+_PACK_ID = re.compile(r"^(\d{8}T\d{6}Z)-([0-9a-f]{4,40}|nogit)(-dirty)?$")
+
+
+@dataclass(frozen=True)
+class PackRow:
+    pack_id: str
+    source: str  # "packs", "reference" or "packs+reference" (the same pack id in both)
+    created: str  # UTC yyyymmddTHHMMSSZ (from created_utc or the pack id)
+    commit: str | None  # full commit as recorded, None if git was unavailable
+    dirty: bool | None
+    gpu: str | None  # None: no CUDA device (a CPU-only pack)
+    label: str | None
+    speedup: float | None  # canonical speedup vs SDPA default; None if not measured
+    error: str | None = None  # why the pack could not be read
+
+    @property
+    def short_commit(self) -> str:
+        if not self.commit:
+            return "-"
+        return self.commit[:12] + ("+dirty" if self.dirty else "")
+
+
+def _created(pack_id: str, pack: dict) -> str:
+    m = _PACK_ID.match(pack_id)
+    if m:
+        return m.group(1)
+    created = str(pack.get("created_utc") or "")
+    digits = re.sub(r"[^0-9]", "", created)
+    if len(digits) >= 14:
+        return f"{digits[:8]}T{digits[8:14]}Z"
+    return ""
+
+
+def _speedup(pack: dict, pack_dir: Path) -> float | None:
+    summary = pack.get("summary") or {}
+    value = summary.get("canonical_speedup")
+    if value is None:
+        bench = pack_dir / "bench" / "summary.json"
+        if bench.is_file():
+            try:
+                value = json.loads(bench.read_text(encoding="utf-8")).get("canonical_speedup")
+            except (OSError, ValueError, AttributeError):
+                value = None
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _gpu(pack: dict, pack_dir: Path) -> str | None:
+    gpu = (pack.get("summary") or {}).get("gpu_name")
+    if gpu:
+        return str(gpu)
+    env_path = pack_dir / "env.json"
+    if env_path.is_file():
+        try:
+            gpu = json.loads(env_path.read_text(encoding="utf-8")).get("gpu_name")
+        except (OSError, ValueError, AttributeError):
+            gpu = None
+    return str(gpu) if gpu else None
+
+
+def read_pack(pack_dir: Path, source: str) -> PackRow:
+    """One row from pack_dir/pack.json; a pack that cannot be read becomes a row with error set."""
+    pack_id = pack_dir.name
+    try:
+        pack = json.loads((pack_dir / "pack.json").read_text(encoding="utf-8"))
+        if not isinstance(pack, dict):
+            raise ValueError("pack.json is not a JSON object")
+    except (OSError, ValueError) as exc:
+        return PackRow(pack_id, source, _created(pack_id, {}), None, None, None, None, None,
+                       error=f"unreadable pack.json: {exc}")
+    git = pack.get("git") or {}
+    return PackRow(
+        pack_id=str(pack.get("pack_id") or pack_id),
+        source=source,
+        created=_created(pack_id, pack),
+        commit=git.get("commit"),
+        dirty=git.get("dirty"),
+        gpu=_gpu(pack, pack_dir),
+        label=pack.get("label"),
+        speedup=_speedup(pack, pack_dir),
+    )
+
+
+def find_packs(artifacts: Path) -> list[tuple[Path, str]]:
+    """(pack folder, source) for every folder with a pack.json under artifacts/{packs,reference}.
+
+    Skips the `latest` symlink and hidden folders (packs being written or fetched).
+    """
+    found = []
+    for source in SOURCES:
+        root = artifacts / source
+        if not root.is_dir():
+            continue
+        for d in sorted(root.iterdir()):
+            if d.name.startswith(".") or d.is_symlink() or not d.is_dir():
+                continue
+            if (d / "pack.json").exists():
+                found.append((d, source))
+    return found
+
+
+def collect(artifacts: Path) -> list[PackRow]:
+    """All packs, oldest first; a pack id present in both packs/ and reference/ is listed once."""
+    rows: dict[str, PackRow] = {}
+    for d, source in find_packs(artifacts):
+        row = read_pack(d, source)
+        if row.pack_id in rows and rows[row.pack_id].source != source:
+            rows[row.pack_id] = PackRow(**{**asdict(rows[row.pack_id]), "source": "packs+reference"})
+            continue
+        rows.setdefault(row.pack_id, row)
+    return sorted(rows.values(), key=lambda r: (r.created, r.pack_id))
+
+
+def format_speedup(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def format_table(rows: list[PackRow]) -> str:
+    header = ("pack", "where", "commit", "gpu", "label", "speedup vs SDPA")
+    body = [(r.pack_id, r.source, r.short_commit, r.gpu or "- (no GPU)",
+             r.label or (f"? ({r.error})" if r.error else "-"), format_speedup(r.speedup)) for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body, strict=True)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)).rstrip() for line in (header, *body)]
+    return "\n".join(lines)
+
+
+def to_json(rows: list[PackRow]) -> str:
+    return json.dumps({"schema_version": 1, "packs": [asdict(r) for r in rows]}, indent=2)
+
+
+def plot(rows: list[PackRow], path: Path) -> int:
+    """Canonical speedup over the packs (oldest left) as a PNG; returns the number of points drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(max(6.0, 0.5 * len(rows) + 2), 4), layout="constrained")
+    ax = fig.add_subplot()
+    points = 0
+    ref_labelled = False
+    for gpu in sorted({r.gpu or "no GPU" for r in rows}):
+        pts = [(i, r) for i, r in enumerate(rows) if (r.gpu or "no GPU") == gpu and r.speedup is not None]
+        if not pts:
+            continue
+        (line,) = ax.plot([i for i, _ in pts], [r.speedup for _, r in pts], marker="o", label=gpu)
+        points += len(pts)
+        ref = [(i, r.speedup) for i, r in pts if "reference" in r.source]
+        if ref:  # committed reference packs: a square around the point
+            ax.plot([i for i, _ in ref], [y for _, y in ref], linestyle="none", marker="s", markersize=11,
+                    markerfacecolor="none", color=line.get_color(),
+                    label=None if ref_labelled else "reference pack")
+            ref_labelled = True
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="SDPA default (1.0x)")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r.short_commit[:7] + ("*" if r.dirty else "") for r in rows], rotation=45, ha="right")
+    ax.set_xlabel("pack (oldest left; commit, * = dirty tree)")
+    ax.set_ylabel("canonical speedup vs SDPA (x)")
+    ax.set_title("evidence-pack history: canonical speedup")
+    if points == 0:
+        ax.text(0.5, 0.5, "no pack has a canonical speedup yet", transform=ax.transAxes, ha="center")
+    ax.legend(fontsize="small")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, format="png", dpi=120)
+    tmp.replace(path)
+    return points
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m evpack history",
+                                 description="List the packs under artifacts/ and the speedup trend.")
+    ap.add_argument("--artifacts", type=Path, default=REPO / "artifacts",
+                    help="folder holding packs/ and reference/ (default: the repository's artifacts/)")
+    ap.add_argument("--format", choices=("text", "json"), default="text")
+    ap.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write the trend as a PNG")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.artifacts.is_dir():
+        print(f"history: no artifacts folder at {args.artifacts}", file=sys.stderr)
+        return 2
+    rows = collect(args.artifacts)
+    if args.format == "json":
+        print(to_json(rows))
+    elif rows:
+        print(format_table(rows))
+    else:
+        print(f"history: no packs under {args.artifacts / 'packs'} or {args.artifacts / 'reference'}")
+    for r in rows:
+        if r.error:
+            print(f"history: {r.pack_id}: {r.error}", file=sys.stderr)
+    if args.plot is not None:
+        n = plot(rows, args.plot)
+        print(f"history: wrote {args.plot} ({n} point{'s' if n != 1 else ''})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Put a pack on its pull request (called by .github/workflows/evidence.yml):
+#   scripts/lib/pr-evidence.sh comment PACK_DIR PR   create or update THE evidence comment
+#   scripts/lib/pr-evidence.sh labels  PACK_DIR PR   set the pack's labels, drop stale ones
+# Needs GITHUB_REPOSITORY (owner/name) and an authenticated `gh` (GH_TOKEN).
+# Environment for tests: GH (default gh), EVPACK_LABEL_CMD (default python -m evpack label),
+# EVPACK_COMMENT_AUTHOR (the login whose comment is updated; default github-actions[bot]).
+set -euo pipefail
+
+MARKER='<!-- evidence-pack -->'
+MAX_BODY=60000 # GitHub refuses comments over 65536 characters
+
+die() { echo "pr-evidence: $*" >&2; exit 2; }
+
+verb=${1:-}
+pack=${2:-}
+pr=${3:-}
+{ [ -n "$verb" ] && [ -n "$pack" ] && [ -n "$pr" ]; } || die "usage: $0 comment|labels PACK_DIR PR"
+[ -f "$pack/pack.json" ] || die "$pack is not a pack (no pack.json)"
+[[ $pr =~ ^[0-9]+$ ]] || die "PR must be a number, not '$pr'"
+repo=${GITHUB_REPOSITORY:?GITHUB_REPOSITORY (owner/name) is required}
+read -r -a GH <<<"${GH:-gh}"
+read -r -a LABEL_CMD <<<"${EVPACK_LABEL_CMD:-python -m evpack label}"
+
+comment() {
+    local report="$pack/report.md" body id author=${EVPACK_COMMENT_AUTHOR:-github-actions[bot]}
+    [ -f "$report" ] || die "$pack has no report.md"
+    body=$(mktemp)
+    {
+        echo "$MARKER"
+        head -c "$MAX_BODY" "$report"
+        if [ "$(wc -c <"$report")" -gt "$MAX_BODY" ]; then
+            printf '\n\n*(report truncated: the full report.md is in the uploaded pack artifact)*\n'
+        fi
+    } >"$body"
+    # The one comment this workflow owns: ours (author) and starting with the marker.
+    id=$("${GH[@]}" api --paginate "repos/$repo/issues/$pr/comments" \
+        --jq ".[] | select(.user.login == \"$author\" and (.body | startswith(\"$MARKER\"))) | .id" | head -n 1)
+    if [ -n "$id" ]; then
+        "${GH[@]}" api --method PATCH "repos/$repo/issues/comments/$id" -F "body=@$body" >/dev/null
+        echo "pr-evidence: updated comment $id on #$pr"
+    else
+        "${GH[@]}" api --method POST "repos/$repo/issues/$pr/comments" -F "body=@$body" >/dev/null
+        echo "pr-evidence: created the evidence comment on #$pr"
+    fi
+    rm -f "$body"
+}
+
+label_color() {
+    case $1 in
+    evidence:complete) echo 0e8a16 ;;
+    evidence:partial) echo fbca04 ;;
+    evidence:failed | perf-regression) echo b60205 ;;
+    *) echo 1d76db ;;
+    esac
+}
+
+has() {
+    local needle=$1 x
+    shift
+    for x in "$@"; do [ "$x" = "$needle" ] && return 0; done
+    return 1
+}
+
+labels() {
+    local out args=() current=() existing=() add=() remove=() edit=() i name
+    out=$("${LABEL_CMD[@]}" "$pack" --format gh-args)
+    case $out in *[\'\"\\]*) die "unexpected quoting in the label arguments: $out" ;; esac
+    read -r -a args <<<"$out"
+    mapfile -t current < <("${GH[@]}" pr view "$pr" --repo "$repo" --json labels --jq '.labels[].name')
+    for ((i = 0; i < ${#args[@]}; i += 2)); do
+        name=${args[i + 1]:-}
+        [ -n "$name" ] || die "odd label arguments: $out"
+        case ${args[i]} in
+        --add-label) add+=("$name") ;;
+        # Only labels the PR has: gh fails on removing a label the repository does not know.
+        --remove-label) if has "$name" "${current[@]}"; then remove+=("$name"); fi ;;
+        *) die "unexpected label argument '${args[i]}' in: $out" ;;
+        esac
+    done
+    [ ${#add[@]} -gt 0 ] || die "the pack gave no label to add: $out"
+    # Any other evidence:* label on the PR is stale too.
+    for name in "${current[@]}"; do
+        if [[ $name == evidence:* ]] && ! has "$name" "${add[@]}" && ! has "$name" "${remove[@]}"; then
+            remove+=("$name")
+        fi
+    done
+    mapfile -t existing < <("${GH[@]}" label list --repo "$repo" --limit 1000 --json name --jq '.[].name')
+    for name in "${add[@]}"; do
+        if ! has "$name" "${existing[@]}"; then
+            "${GH[@]}" label create "$name" --repo "$repo" --color "$(label_color "$name")" \
+                --description "set by the evidence-pack workflow"
+        fi
+        has "$name" "${current[@]}" || edit+=(--add-label "$name")
+    done
+    for name in "${remove[@]}"; do edit+=(--remove-label "$name"); done
+    if [ ${#edit[@]} -eq 0 ]; then
+        echo "pr-evidence: labels of #$pr already match the pack: ${add[*]}"
+        return 0
+    fi
+    "${GH[@]}" pr edit "$pr" --repo "$repo" "${edit[@]}"
+    echo "pr-evidence: #$pr labels: ${edit[*]}"
+}
+
+case $verb in
+comment) comment ;;
+labels) labels ;;
+*) die "unknown verb '$verb': comment or labels" ;;
+esac

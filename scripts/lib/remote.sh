@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# The half of scripts/gpu-session that runs ON THE GPU HOST.
+#
+# It is never installed there: gpu-session sends this file over ssh's standard input
+# (`ssh HOST bash -s -- VERB DIR ARGS... < remote.sh`), so the host always runs the
+# version that matches the local checkout. Everything it decides from is under
+# DIR/.evpack-run/ (git-ignored), written by the run itself:
+#   state       running | done:<exit code>      (replaced atomically)
+#   heartbeat   touched every heartbeat_s seconds while the run's process is alive
+#   heartbeat_s the heartbeat period of this run
+#   log         stdout+stderr of the evidence command
+#   pid, run_id, cmd, runner.sh, synced (touched after each sync)
+#
+# Verbs: prepare | synced | probe | start CMD HEARTBEAT_S STARTED RATE | follow OFFSET | latest
+# Exit codes: 0 ok, 3 a run is already active, 4 nothing there (no run, no pack), 6 stale run.
+set -euo pipefail
+
+verb=${1:?verb}
+dir=${2:?remote dir}
+shift 2
+R=.evpack-run
+
+mtime() { if [ -e "$1" ]; then stat -c %Y "$1"; else echo 0; fi; }
+
+# A run is active when its state says running and its heartbeat is younger than this.
+stale_after() {
+    local hb=10
+    [ -f "$R/heartbeat_s" ] && hb=$(cat "$R/heartbeat_s")
+    echo $((3 * ${hb%.*} + 5))
+}
+
+cd_dir() {
+    cd "$dir" 2>/dev/null || {
+        echo "remote dir '$dir' does not exist: run 'scripts/gpu-session sync' first" >&2
+        exit 4
+    }
+}
+
+case $verb in
+prepare)
+    mkdir -p "$dir/$R"
+    ;;
+synced)
+    cd_dir
+    mkdir -p "$R"
+    touch "$R/synced"
+    ;;
+probe)
+    # key=value lines; all times come from this host's clock, so no clock skew matters.
+    echo "now=$(date +%s)"
+    if ! cd "$dir" 2>/dev/null; then
+        echo "dir=missing"
+        echo "state=none"
+        exit 0
+    fi
+    echo "dir=present"
+    state=none
+    [ -f "$R/state" ] && state=$(cat "$R/state")
+    echo "state=$state"
+    echo "state_mtime=$(mtime "$R/state")"
+    echo "hb_mtime=$(mtime "$R/heartbeat")"
+    echo "sync_mtime=$(mtime "$R/synced")"
+    echo "stale_after=$(stale_after)"
+    echo "run_id=$(cat "$R/run_id" 2>/dev/null || true)"
+    log_size=0
+    [ -f "$R/log" ] && log_size=$(stat -c %s "$R/log")
+    echo "log_size=$log_size"
+    pid=$(cat "$R/pid" 2>/dev/null || true)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "pid_alive=1"; else echo "pid_alive=0"; fi
+    ;;
+start)
+    cmd=${1:?command}
+    hb=${2:-10}
+    started=${3:-}
+    rate=${4:-}
+    cd_dir
+    mkdir -p "$R"
+    if [ -f "$R/state" ] && [ "$(cat "$R/state")" = running ]; then
+        age=$(($(date +%s) - $(mtime "$R/heartbeat")))
+        if [ "$age" -le "$(stale_after)" ]; then
+            echo "a run is already active here (heartbeat ${age}s ago): not starting another" >&2
+            exit 3
+        fi
+    fi
+    run_id="$(date -u +%Y%m%dT%H%M%SZ)-$$"
+    printf '%s\n' "$cmd" >"$R/cmd"
+    echo "$hb" >"$R/heartbeat_s"
+    echo "$run_id" >"$R/run_id"
+    {
+        printf 'export EVPACK_REMOTE_RUN_ID=%q\n' "$run_id"
+        printf 'export EVPACK_SESSION_STARTED=%q\n' "$started"
+        printf 'export EVPACK_RATE_USD_PER_HOUR=%q\n' "$rate"
+    } >"$R/env"
+    cat >"$R/runner.sh" <<'RUNNER'
+#!/usr/bin/env bash
+# Written by scripts/lib/remote.sh for one run; detached from ssh with setsid + nohup.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+R=.evpack-run
+echo "$$" >"$R/pid"
+hb=$(cat "$R/heartbeat_s")
+# The heartbeat lives exactly as long as this process: a killed run stops beating.
+( while kill -0 "$$" 2>/dev/null; do touch "$R/heartbeat"; sleep "$hb"; done ) &
+hb_pid=$!
+finish() {
+    kill "$hb_pid" 2>/dev/null
+    touch "$R/heartbeat"
+    echo "done:$1" >"$R/state.tmp" && mv -f "$R/state.tmp" "$R/state"
+}
+trap 'finish 143; exit 143' TERM
+trap 'finish 130; exit 130' INT
+# shellcheck disable=SC1091
+. "$R/env"
+# A login shell, so the PATH the host's profile sets up (CUDA, conda, ...) is there.
+bash -lc "$(cat "$R/cmd")" >>"$R/log" 2>&1 </dev/null
+finish "$?"
+RUNNER
+    : >"$R/log"
+    touch "$R/heartbeat"
+    echo running >"$R/state.tmp" && mv -f "$R/state.tmp" "$R/state"
+    setsid nohup bash "$R/runner.sh" </dev/null >/dev/null 2>&1 &
+    echo "started run $run_id in $dir: $cmd"
+    ;;
+follow)
+    # Stream the log from byte OFFSET until the run is over. The state is read before
+    # the log each round: the runner writes its last log byte before it writes done:*.
+    off=${1:-0}
+    cd_dir
+    [ -f "$R/log" ] || { echo "no run has been started in '$dir'" >&2; exit 4; }
+    while :; do
+        state=$(cat "$R/state" 2>/dev/null || echo none)
+        size=$(stat -c %s "$R/log")
+        if [ "$size" -gt "$off" ]; then
+            tail -c "+$((off + 1))" "$R/log" | head -c "$((size - off))"
+            off=$size
+        fi
+        [ "$state" = running ] || exit 0
+        age=$(($(date +%s) - $(mtime "$R/heartbeat")))
+        if [ "$age" -gt "$(stale_after)" ]; then
+            echo "the run's heartbeat stopped ${age}s ago: it died without finishing" >&2
+            exit 6
+        fi
+        sleep 0.5
+    done
+    ;;
+latest)
+    # The newest pack: the target of artifacts/packs/latest, as a folder name.
+    cd_dir
+    link=artifacts/packs/latest
+    [ -L "$link" ] || [ -d "$link" ] || { echo "no pack on the host: $dir/$link is missing" >&2; exit 4; }
+    target=$(readlink -f "$link")
+    [ -f "$target/pack.json" ] || { echo "the latest pack '$target' has no pack.json" >&2; exit 4; }
+    case $target in
+    "$(pwd -P)/artifacts/packs/"*) ;;
+    *) echo "the latest pack '$target' is not under $dir/artifacts/packs" >&2; exit 4 ;;
+    esac
+    basename "$target"
+    ;;
+*)
+    echo "remote.sh: unknown verb '$verb'" >&2
+    exit 2
+    ;;
+esac

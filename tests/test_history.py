@@ -1,0 +1,123 @@
+"""evpack.history on synthetic packs (pack.json is this project's own format)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evpack import history
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_pack(root: Path, pack_id: str, *, commit: str, dirty: bool = False, label: str = "evidence:complete",
+              gpu: str | None = "NVIDIA H200", speedup: float | None = None, summary: bool = True,
+              env_gpu: str | None = None, bench_speedup: float | None = None) -> Path:
+    d = root / pack_id
+    d.mkdir(parents=True)
+    pack = {"schema_version": 1, "pack_id": pack_id, "git": {"commit": commit, "dirty": dirty, "error": None},
+            "label": label, "labels": [label], "stages": {}, "gates": {}}
+    if summary:
+        pack["summary"] = {"gpu_name": gpu, "canonical_speedup": speedup}
+    (d / "pack.json").write_text(json.dumps(pack))
+    if env_gpu is not None:
+        (d / "env.json").write_text(json.dumps({"schema_version": 1, "gpu_name": env_gpu}))
+    if bench_speedup is not None:
+        (d / "bench").mkdir()
+        (d / "bench" / "summary.json").write_text(json.dumps({"canonical_speedup": bench_speedup}))
+    (d / "index.json").write_text("{}")
+    return d
+
+
+@pytest.fixture()
+def artifacts(tmp_path: Path) -> Path:
+    a = tmp_path / "artifacts"
+    packs, ref = a / "packs", a / "reference"
+    make_pack(packs, "20250103T120000Z-bbbbbbbbbbbb-dirty", commit="b" * 40, dirty=True, speedup=1.31)
+    make_pack(packs, "20250101T080000Z-aaaaaaaaaaaa", commit="a" * 40, label="evidence:partial", gpu=None,
+              speedup=None)
+    make_pack(packs, "20250104T000000Z-cccccccccccc", commit="c" * 40, label="evidence:failed",
+              summary=False, env_gpu="NVIDIA H100 80GB HBM3", bench_speedup=0.92)
+    make_pack(ref, "20250102T000000Z-dddddddddddd", commit="d" * 40, speedup=1.05)
+    make_pack(ref, "20250103T120000Z-bbbbbbbbbbbb-dirty", commit="b" * 40, dirty=True, speedup=1.31)
+    (packs / "latest").symlink_to("20250104T000000Z-cccccccccccc")
+    (packs / ".20250105T000000Z-eeeeeeeeeeee.partial").mkdir()  # a fetch in progress: not a pack
+    (packs / "20250105T000000Z-ffffffffffff").mkdir()  # no pack.json: not a pack
+    return a
+
+
+def test_collect_orders_dedupes_and_reads_every_field(artifacts: Path):
+    rows = history.collect(artifacts)
+    assert [r.pack_id for r in rows] == [
+        "20250101T080000Z-aaaaaaaaaaaa",
+        "20250102T000000Z-dddddddddddd",
+        "20250103T120000Z-bbbbbbbbbbbb-dirty",
+        "20250104T000000Z-cccccccccccc",
+    ]
+    a, d, b, c = rows
+    assert (a.source, a.gpu, a.label, a.speedup, a.short_commit) == ("packs", None, "evidence:partial", None,
+                                                                     "aaaaaaaaaaaa")
+    assert (d.source, d.gpu, d.speedup) == ("reference", "NVIDIA H200", 1.05)
+    assert (b.source, b.dirty, b.speedup, b.short_commit) == ("packs+reference", True, 1.31, "bbbbbbbbbbbb+dirty")
+    # No summary in pack.json: the GPU from env.json, the speedup from bench/summary.json.
+    assert (c.gpu, c.speedup, c.label) == ("NVIDIA H100 80GB HBM3", 0.92, "evidence:failed")
+    assert all(r.error is None for r in rows)
+
+
+def test_table_shows_commit_gpu_label_and_speedup(artifacts: Path):
+    table = history.format_table(history.collect(artifacts)).splitlines()
+    assert table[0].split() == ["pack", "where", "commit", "gpu", "label", "speedup", "vs", "SDPA"]
+    assert "aaaaaaaaaaaa" in table[1] and "- (no GPU)" in table[1] and table[1].endswith("-")
+    assert "bbbbbbbbbbbb+dirty" in table[3] and "NVIDIA H200" in table[3] and table[3].endswith("1.31x")
+    assert "evidence:failed" in table[4] and table[4].endswith("0.92x")
+
+
+def test_unreadable_pack_is_listed_with_its_error(tmp_path: Path):
+    d = tmp_path / "artifacts" / "packs" / "20250101T000000Z-0123456789ab"
+    d.mkdir(parents=True)
+    (d / "pack.json").write_text("{ not json")
+    (row,) = history.collect(tmp_path / "artifacts")
+    assert row.error and "unreadable pack.json" in row.error and row.created == "20250101T000000Z"
+    assert "?" in history.format_table([row])
+
+
+def test_json_output_round_trips(artifacts: Path):
+    data = json.loads(history.to_json(history.collect(artifacts)))
+    assert data["schema_version"] == 1
+    assert [p["speedup"] for p in data["packs"]] == [None, 1.05, 1.31, 0.92]
+
+
+def test_plot_writes_a_png(artifacts: Path, tmp_path: Path):
+    out = tmp_path / "plots" / "history.png"
+    assert history.plot(history.collect(artifacts), out) == 3
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    empty = tmp_path / "empty.png"
+    assert history.plot([], empty) == 0 and empty.stat().st_size > 0
+
+
+def test_main_exit_codes_and_output(artifacts: Path, tmp_path: Path, capsys):
+    png = tmp_path / "trend.png"
+    assert history.main(["--artifacts", str(artifacts), "--plot", str(png)]) == 0
+    out, err = capsys.readouterr()
+    assert "20250103T120000Z-bbbbbbbbbbbb-dirty" in out and "1.31x" in out
+    assert png.is_file() and "3 points" in err
+    assert history.main(["--artifacts", str(artifacts), "--format", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["packs"]) == 4
+    assert history.main(["--artifacts", str(tmp_path / "nowhere")]) == 2
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert history.main(["--artifacts", str(empty)]) == 0
+    assert "no packs" in capsys.readouterr().out
+
+
+def test_cli_entry_point(artifacts: Path):
+    """`python -m evpack history` reaches history.main (wired by evpack.cli)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    r = subprocess.run([sys.executable, "-m", "evpack", "history", "--artifacts", str(artifacts)],
+                       capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert "20250104T000000Z-cccccccccccc" in r.stdout

