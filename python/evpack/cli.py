@@ -28,7 +28,8 @@ def resolve_pack(arg: str) -> Path:
 
 def _run_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--packs-dir", type=Path, default=DEFAULT_PACKS, help="where packs are written")
-    ap.add_argument("--suite", choices=("quick", "full"), default="quick", help="benchmark suite")
+    ap.add_argument("--suite", choices=("quick", "full", "adhoc"), default="quick",
+                    help="benchmark suite (adhoc: only the --shape strings)")
     ap.add_argument("--shape", action="append", default=[], dest="shapes",
                     help='ad-hoc benchmark shape, e.g. "B=16,H=16,S=512,D=64,dtype=fp16,causal=0"')
     ap.add_argument("--variants", default=None, help="comma list of variants (default: all registered)")

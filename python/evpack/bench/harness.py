@@ -1,0 +1,254 @@
+"""GPU timing harness: one code path for the custom op, SDPA and the ceilings.
+
+Modes
+  warm   the same inputs back to back: L2 may still hold them (best case).
+  cold   input sets rotated, their total > 2x L2 (roofline.rotation_sets), so each call
+         finds its inputs evicted by the calls in between (what a layer in a model sees).
+  graph  calls (rotating the sets as in cold) captured into one CUDA graph; a sample is
+         one replay's event time / calls: no per-launch CPU or driver overhead. A graph
+         holds >= the number of sets and about 1 ms of work, at most StopRule.graph_calls.
+
+Timing: a CUDA event pair around each call (each replay in graph mode), recorded on the
+measuring stream. Before each batch a spin kernel (torch.cuda._sleep) holds the stream
+while the host enqueues the whole batch, so the GPU then runs it back to back and an
+event pair measures the kernel, not how fast Python launches it. The host synchronizes
+once per batch, on the batch's last end event, which is outside every timed interval;
+the stopping rule (stats.stop_reason) is checked between batches.
+
+Interleaving: the implementations of one shape and mode are sampled in rounds of short
+batches (sample_interleaved), not one after another. The same SDPA call timed in
+separate short windows of one run can land several percent apart (slow GPU states that
+outlast a window; seen at B=32, H=32, S=512 during development, bench/NOTES.md keeps the
+pack numbers): timed one after another, that becomes a fake speedup between two
+implementations; interleaved, both see the same states.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .stats import StopRule, rel_iqr, stop_reason
+
+log = logging.getLogger(__name__)
+
+MODES = ("cold", "warm", "graph")
+_MAX_SLEEP_S = 0.05  # longest spin before a batch; bounds the batch size for slow hosts
+_SLEEP_MARGIN = 1.5  # spin this many times the measured host enqueue time of the batch
+_CALIBRATION = 8  # launches of the discarded calibration batch
+_SLOW_S = 2e-3  # samples slower than this skip the calibration batch
+_GRAPH_TARGET_S = 1e-3  # a graph holds about this much work (>= the input sets, <= graph_calls)
+SLICE_S = 3e-3  # GPU time of one batch of one implementation in an interleaved round
+
+
+def _max_count(per_call_s: float) -> int:
+    """Most launches whose enqueue fits in the longest spin."""
+    return max(1, int(_MAX_SLEEP_S / (_SLEEP_MARGIN * max(per_call_s, 1e-7))))
+
+
+@dataclass
+class Measurement:
+    mode: str
+    times_us: list[float]  # per call (graph: per replay / calls)
+    stop: str  # stats.stop_reason value
+    calls_per_sample: int
+    n_sets: int
+    wall_s: float
+    capture_ms: float | None = None  # graph mode: capture + instantiate, host wall time
+    notes: list[str] = field(default_factory=list)
+
+
+_cycles_per_s: dict[int, float] = {}
+
+
+def sleep_cycles_per_s(stream: torch.cuda.Stream) -> float:
+    """Clock cycles torch.cuda._sleep spins per second on this device (measured once)."""
+    dev = stream.device.index or 0
+    if dev not in _cycles_per_s:
+        cycles = 2_000_000
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(cycles)  # first launch loads the kernel
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(stream)
+            torch.cuda._sleep(cycles)
+            b.record(stream)
+        b.synchronize()
+        _cycles_per_s[dev] = cycles / (a.elapsed_time(b) / 1e3)
+    return _cycles_per_s[dev]
+
+
+def _events(n: int) -> list[tuple[torch.cuda.Event, torch.cuda.Event]]:
+    return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+
+
+def _batch(launch: Callable[[], None], count: int, stream, events, sleep_cycles: int) -> tuple[list[float], float]:
+    """Enqueue `count` timed launches behind a spin kernel; one sync after. Returns (ms list, host s)."""
+    if sleep_cycles > 0:
+        torch.cuda._sleep(sleep_cycles)
+    t0 = time.perf_counter()
+    for i in range(count):
+        start, end = events[i]
+        start.record(stream)
+        launch()
+        end.record(stream)
+    host_s = time.perf_counter() - t0
+    events[count - 1][1].synchronize()
+    return [s.elapsed_time(e) for s, e in events[:count]], host_s
+
+
+def capture_graph(fn: Callable, sets: Sequence[tuple], calls: int, stream) -> tuple[torch.cuda.CUDAGraph, float]:
+    """Capture `calls` calls of fn (rotating sets) into a graph; returns it and capture+instantiate ms."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        t0 = time.perf_counter()  # after the context's own synchronize / gc / empty_cache
+        for j in range(calls):
+            fn(*sets[j % len(sets)])
+    capture_ms = (time.perf_counter() - t0) * 1e3
+    return graph, capture_ms
+
+
+class Timer:
+    """One implementation made ready to sample in one mode: warmed up, graph captured, host rate known.
+
+    `context` (a no-argument callable returning a context manager, e.g. an SDPA backend
+    selector) is entered around the warm-up, the capture and every batch.
+    """
+
+    def __init__(self, fn: Callable, input_sets: Sequence[tuple], mode: str, rule: StopRule, *,
+                 stream: torch.cuda.Stream, context: Callable = contextlib.nullcontext, name: str = "") -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if not input_sets:
+            raise ValueError("Timer: no input sets")
+        self.name, self.mode, self.rule, self.stream, self.context = name, mode, rule, stream, context
+        self.sets = list(input_sets[:1]) if mode == "warm" else list(input_sets)
+        self.times_ms: list[float] = []
+        self.stop: str | None = None
+        self.error: str = ""
+        self.graph, self.capture_ms, self.per = None, None, 1
+        self._k = 0
+        self._fn = fn
+        with torch.cuda.stream(stream), context():
+            # warm-up: lazy init, cuDNN plan build, autotuning, first touch of every set
+            for i in range(max(rule.warmup, len(self.sets) if mode != "warm" else 0)):
+                fn(*self.sets[i % len(self.sets)])
+            stream.synchronize()
+            t0 = time.perf_counter()  # rough per-call time (host-inclusive) to size graphs and batches
+            fn(*self.sets[0])
+            fn(*self.sets[-1])
+            stream.synchronize()
+            est_call_s = (time.perf_counter() - t0) / 2
+            if mode == "graph":
+                self.per = max(len(self.sets), min(rule.graph_calls, math.ceil(_GRAPH_TARGET_S / max(est_call_s, 1e-7))))
+                self.graph, self.capture_ms = capture_graph(fn, self.sets, self.per, stream)
+                self.graph.replay()
+                stream.synchronize()
+        self.est_sample_s = est_call_s * self.per
+        self.events = _events(rule.max_batch)
+        if self.est_sample_s < _SLOW_S:
+            # calibration batch (discarded): host enqueue time per launch sizes the spin kernel
+            _, host_s = self._run(_CALIBRATION, 0)
+            self.host_per_launch_s = host_s / _CALIBRATION
+        else:  # GPU time dwarfs launch overhead: no calibration, a token spin
+            self.host_per_launch_s = 1e-4
+
+    def _launch(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        k = self._k
+        self._k = k + 1
+        self._fn(*self.sets[k % len(self.sets)])
+
+    def _run(self, count: int, sleep_cycles: int) -> tuple[list[float], float]:
+        with torch.cuda.stream(self.stream), self.context():
+            return _batch(self._launch, count, self.stream, self.events, sleep_cycles)
+
+    def sample(self, slice_s: float, cycles_per_s: float) -> None:
+        """One batch of about slice_s of GPU time (at least one sample), appended to times_ms."""
+        count = min(self.rule.max_batch, self.rule.max_samples - len(self.times_ms),
+                    _max_count(self.host_per_launch_s), max(1, math.ceil(slice_s / max(self.est_sample_s, 1e-7))))
+        count = max(count, 1)
+        sleep_s = _SLEEP_MARGIN * self.host_per_launch_s * count + 20e-6
+        got, host_s = self._run(count, int(sleep_s * cycles_per_s))
+        self.times_ms += [t / self.per for t in got]
+        self.host_per_launch_s = host_s / count
+        med = sorted(got)[len(got) // 2] / 1e3
+        self.est_sample_s = med if med > 0 else self.est_sample_s
+
+    def close(self) -> None:
+        if self.graph is not None:
+            self.graph.reset()
+            self.graph = None
+
+    def measurement(self, wall_s: float) -> Measurement:
+        # µs rounded to 0.1 ns: far below the events' ~0.5 µs resolution, keeps the CSV short
+        m = Measurement(self.mode, [round(t * 1e3, 4) for t in self.times_ms], self.stop or "error", self.per,
+                        len(self.sets), wall_s, self.capture_ms)
+        if self.stop in ("time_cap", "hard_cap"):
+            m.notes.append(f"stopped by {self.stop} at n={len(self.times_ms)}, rel IQR {rel_iqr(self.times_ms):.3%}")
+        return m
+
+
+def sample_interleaved(timers: Sequence[Timer], rule: StopRule, time_cap_s: float | None = None,
+                       slice_s: float = SLICE_S) -> float:
+    """Sample every timer in rounds of short batches until each one's stopping rule holds.
+
+    Interleaving makes every implementation's samples span the same stretch of time, so
+    slow GPU states (clock, power, memory) that last longer than one batch hit all of them
+    alike: same-run speedups compare like with like. A timer leaves the rotation when it
+    stops; the sampling time and min_time_s count from the start of the group, and the
+    cap is time_cap_s per timer (so the group may run len(timers) x cap). A timer whose
+    batch raises gets .error and leaves. Returns the group's wall time in seconds.
+    """
+    if not timers:
+        return 0.0
+    cap = (rule.time_cap_s if time_cap_s is None else time_cap_s) * len(timers)
+    cycles_per_s = sleep_cycles_per_s(timers[0].stream)
+    active = list(timers)
+    t0 = time.perf_counter()
+    rnd = 0
+    while active:
+        order = active[rnd % len(active):] + active[:rnd % len(active)]  # rotate who goes first
+        rnd += 1
+        for t in order:
+            try:
+                t.sample(slice_s, cycles_per_s)
+            except Exception as exc:  # noqa: BLE001 - recorded on the timer, others go on
+                t.error = " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
+                t.stream.synchronize()
+        elapsed = time.perf_counter() - t0
+        for t in active:
+            if not t.error:
+                t.stop = stop_reason(len(t.times_ms), rel_iqr(t.times_ms), elapsed, rule, cap)
+        active = [t for t in active if t.stop is None and not t.error]
+    return time.perf_counter() - t0
+
+
+def measure(fn: Callable, input_sets: Sequence[tuple], mode: str, rule: StopRule, *,
+            stream: torch.cuda.Stream | None = None, time_cap_s: float | None = None,
+            context: Callable = contextlib.nullcontext) -> Measurement:
+    """Time one implementation alone (the ceilings; tests). Raises if it fails."""
+    stream = stream or torch.cuda.current_stream()
+    t_start = time.perf_counter()
+    timer = Timer(fn, input_sets, mode, rule, stream=stream, context=context)
+    try:
+        sample_interleaved([timer], rule, time_cap_s)
+    finally:
+        timer.close()
+    if timer.error:
+        raise RuntimeError(timer.error)
+    return timer.measurement(time.perf_counter() - t_start)
+
+
+def device_info(device: int = 0) -> dict:
+    p = torch.cuda.get_device_properties(device)
+    return {"name": p.name, "sm_count": p.multi_processor_count, "total_memory": p.total_memory,
+            "l2_bytes": int(getattr(p, "L2_cache_size", 50 * 2**20)),
+            "capability": f"{p.major}.{p.minor}", "torch": torch.__version__,
+            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}

@@ -1,0 +1,222 @@
+"""Measure one shape: fresh inputs, every variant x config and every SDPA backend, re-check after.
+
+Produces summary records (summary.new_row) and raw per-call samples; statistics are
+computed later from the samples only (summary.build_rows). GPU only, used by the stage.
+
+Per shape:
+ 1. VRAM guard: skip (status `skipped`, reason) when roofline.vram_estimate > 0.92 x free.
+ 2. Inputs: torch.randn (never zeros), seeded from the shape key, as many (Q, K, V) sets
+    as cold mode needs to exceed 2x L2.
+ 3. Reference: fp32 SDPA math on set 0; PyTorch's own same-precision error (SDPA default,
+    else math in the input dtype) sets the bound 2 x err_torch + 1 ulp (baselines.error_bound).
+ 4. Probes: one call of each of ours (raises -> `error`) and of each SDPA backend under
+    sdpa_kernel (cannot run -> `unsupported` + reason); the kernels one extra SDPA call
+    launched (profiler).
+ 5. Per mode: a harness.Timer for every implementation that passed its probe, sampled
+    interleaved (harness.sample_interleaved) through the same harness and stream.
+ 6. Re-check after timing: one more call of each of ours on set 0 against the reference;
+    a wrong result makes every row of that config `fail`.
+Per-measurement time caps shrink when the suite's budget_s runs short.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import zlib
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import registry
+from . import baselines, harness, roofline
+from .summary import OURS, SDPA, new_row
+
+log = logging.getLogger(__name__)
+
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+VRAM_FRACTION = 0.92
+MIN_CAP_S = 0.05
+
+
+def _why(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
+
+
+@dataclass
+class Impl:
+    impl: str
+    variant: str
+    config: str
+    fn: object
+    must_run: bool
+    context: object = contextlib.nullcontext
+    extra: dict = field(default_factory=dict)  # fields copied into every row of this impl
+    rows: list = field(default_factory=list)
+
+
+class ShapeRunner:
+    def __init__(self, suite, op, stream, l2_bytes: int, variant_names=None, t_start: float | None = None):
+        self.suite, self.op, self.stream, self.l2 = suite, op, stream, int(l2_bytes)
+        self.rule = suite.rule
+        self.variants = [registry.get(n) for n in variant_names] if variant_names else list(registry.VARIANTS)
+        self.records: list[dict] = []
+        self.samples: dict[str, list[float]] = {}
+        self.n_impls = sum(len(v.configs) for v in self.variants) + len(baselines.BACKENDS)
+        self.remaining = suite.measurements * self.n_impls
+        self.t_start = time.perf_counter() if t_start is None else t_start
+        self._tags: tuple[str, ...] = ()
+
+    def cap(self) -> float:
+        """Sampling time per implementation and mode, shrunk when the suite's budget runs short."""
+        left = self.suite.budget_s - (time.perf_counter() - self.t_start)
+        return min(self.rule.time_cap_s, max(MIN_CAP_S, left / max(1, self.remaining)))
+
+    def _add(self, rows: list[dict]) -> list[dict]:
+        for r in rows:
+            r["tags"] = list(self._tags)
+        self.records += rows
+        self.remaining -= len(rows)
+        return rows
+
+    def _not_run(self, impl, variant, config, ss, status, reason, must_run) -> None:
+        self._add([new_row(impl, variant, config, ss.shape, mode, must_run=must_run, status=status, reason=reason)
+                   for mode in ss.modes])
+
+    # -- one shape --------------------------------------------------------------------------
+    def run_shape(self, ss) -> None:
+        shape = ss.shape
+        self._tags = ss.tags
+        n_sets = roofline.rotation_sets(3 * shape.numel * shape.elem_bytes, self.l2)
+        torch.cuda.empty_cache()
+        free, _ = torch.cuda.mem_get_info()
+        need = roofline.vram_estimate(shape, n_sets, self.n_impls)
+        if need > VRAM_FRACTION * free:
+            reason = f"needs ~{need / 2**30:.1f} GiB > {VRAM_FRACTION} x free {free / 2**30:.1f} GiB"
+            log.warning("%s: skipped, %s", shape.key, reason)
+            for v in self.variants:
+                for cfg in v.configs:
+                    self._not_run(OURS, v.name, cfg.name, ss, "skipped", reason, True)
+            for b in baselines.BACKENDS:
+                self._not_run(SDPA, b, "", ss, "skipped", reason, b == "default")
+            return
+        seed = zlib.crc32(shape.key.encode())
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(seed)
+        dims = (shape.B, shape.H, shape.S, shape.D)
+        sets = [tuple(torch.randn(dims, generator=gen, device="cuda", dtype=TORCH_DTYPES[shape.dtype])
+                      for _ in range(3)) for _ in range(n_sets)]
+        ref = baselines.reference(*sets[0], shape.causal)
+        torch_err = None
+        for b in ("default", "math"):
+            out, _ = baselines.probe(b, shape.causal, *sets[0])
+            if out is not None:
+                torch_err = baselines.max_abs_err(out, ref)
+                break
+        del out
+        common = {"seed": seed, "torch_err": torch_err,
+                  "err_bound": None if torch_err is None else baselines.error_bound(torch_err, shape.dtype)}
+        impls = self._ours(ss, sets, common) + self._sdpa(ss, sets, ref, common)
+        for mode in ss.modes:
+            self._mode(ss, mode, impls, sets)
+        self._recheck(impls, sets, ref)
+        del sets, ref
+        torch.cuda.empty_cache()
+
+    def _ours(self, ss, sets, common) -> list[Impl]:
+        shape, out = ss.shape, []
+        for variant in self.variants:
+            for cfg in variant.configs:
+                if shape.dtype not in variant.dtypes or shape.D not in variant.head_dims:
+                    self._not_run(OURS, variant.name, cfg.name, ss, "unsupported",
+                                  f"variant {variant.name} is built for dtypes {variant.dtypes}, head dims "
+                                  f"{variant.head_dims}", False)
+                    continue
+
+                def fn(q, k, v, _name=variant.name, _cfg=cfg.name):
+                    return self.op(q, k, v, causal=shape.causal, variant=_name, config=_cfg)
+
+                try:
+                    with torch.cuda.stream(self.stream):
+                        fn(*sets[0])
+                    self.stream.synchronize()
+                except Exception as exc:  # noqa: BLE001 - recorded as the rows' reason
+                    self._not_run(OURS, variant.name, cfg.name, ss, "error", _why(exc), True)
+                    continue
+                out.append(Impl(OURS, variant.name, cfg.name, fn, True, extra=dict(common)))
+        return out
+
+    def _sdpa(self, ss, sets, ref, common) -> list[Impl]:
+        shape, out = ss.shape, []
+        for backend in baselines.BACKENDS:
+            must = backend == "default"
+            with torch.cuda.stream(self.stream):
+                res, why = baselines.probe(backend, shape.causal, *sets[0])
+            if res is None:
+                self._not_run(SDPA, backend, "", ss, "unsupported", why, must)
+                continue
+            err = baselines.max_abs_err(res, ref)
+            del res
+            fn = baselines.sdpa_fn(shape.causal)
+
+            def context(_b=backend):
+                return baselines.backend_context(_b)
+
+            try:
+                with context():
+                    names = baselines.kernels_ran(fn, sets[0])
+                ran = baselines.classify_kernels(names)
+            except Exception as exc:  # noqa: BLE001 - profiler trouble must not stop the timing
+                names, ran = [], f"unknown ({_why(exc)[:120]})"
+            out.append(Impl(SDPA, backend, "", fn, must, context,
+                            extra=dict(common, max_abs_err=err, kernels=names, ran=ran)))
+        return out
+
+    def _mode(self, ss, mode, impls: list[Impl], sets) -> None:
+        shape = ss.shape
+        cap = self.cap()
+        timers: list[tuple[Impl, harness.Timer]] = []
+        for im in impls:
+            try:
+                timers.append((im, harness.Timer(im.fn, sets, mode, self.rule, stream=self.stream,
+                                                 context=im.context, name=f"{im.variant}/{im.config}")))
+            except Exception as exc:  # noqa: BLE001
+                log.warning("%s %s/%s %s: %s", shape.key, im.variant, im.config, mode, _why(exc))
+                self.stream.synchronize()
+                im.rows += self._add([new_row(im.impl, im.variant, im.config, shape, mode, must_run=im.must_run,
+                                              status="error", reason=_why(exc), **im.extra)])
+        try:
+            wall = harness.sample_interleaved([t for _, t in timers], self.rule, cap)
+        finally:
+            for _, t in timers:
+                t.close()
+        for im, t in timers:
+            if t.error:
+                row = new_row(im.impl, im.variant, im.config, shape, mode, must_run=im.must_run, status="error",
+                              reason=t.error, **im.extra)
+            else:
+                m = t.measurement(wall)
+                row = new_row(im.impl, im.variant, im.config, shape, mode, must_run=im.must_run, stop=m.stop,
+                              calls_per_sample=m.calls_per_sample, n_sets=m.n_sets, capture_ms=m.capture_ms,
+                              wall_s=m.wall_s, notes=m.notes, **im.extra)
+                self.samples[row["key"]] = m.times_us
+            im.rows += self._add([row])
+        log.debug("%s %s: %d implementations interleaved in %.2f s", shape.key, mode, len(timers), wall)
+
+    def _recheck(self, impls: list[Impl], sets, ref) -> None:
+        """One more call of each of ours after all timing, compared with the fp32 reference."""
+        for im in impls:
+            if im.impl != OURS:
+                continue
+            try:
+                with torch.cuda.stream(self.stream):
+                    err = baselines.max_abs_err(im.fn(*sets[0]), ref)
+                why = "" if err is not None else "non-finite output after timing"
+            except Exception as exc:  # noqa: BLE001
+                err, why = None, f"re-check raised {_why(exc)}"
+            bound = im.extra["err_bound"]
+            bad = err is None or bound is None or err > bound
+            for r in im.rows:
+                r["max_abs_err"] = err
+                if r["status"] == "ok" and bad:
+                    r.update(status="fail", reason=why or f"max |err| {err:.3g} > bound {bound}")

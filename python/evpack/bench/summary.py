@@ -1,0 +1,202 @@
+"""The bench summary, computed from raw samples: used by run() to write it and by derive() to check it.
+
+A row's *record* fields (what happened: status, reason, errors, kernels) are written by
+run(); its *statistics* (STAT_KEYS) are always a function of the raw samples CSV and the
+ceilings, via build_rows(). derive() recomputes them and requires equality.
+
+Row status: ok | fail (output wrong after timing) | unsupported (backend or variant cannot
+run the shape, reason given) | skipped (VRAM guard, reason given) | error (raised).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from . import roofline
+from .baselines import BACKENDS
+from .stats import spread
+from .suites import Shape, parse_shape
+
+SCHEMA = 1
+OURS, SDPA = "evpack", "sdpa"
+ROW_STATUSES = ("ok", "fail", "unsupported", "skipped", "error")
+STAT_KEYS = ("n", "median_us", "q1_us", "q3_us", "iqr_us", "rel_iqr", "ci_lo_us", "ci_hi_us", "ci_conf",
+             "min_us", "max_us", "tflops", "gbps", "floor_us", "pct_floor", "bound", "speedup_vs")
+SAMPLES_FILE = "samples.csv.gz"  # gzip: a full suite holds ~10^6 samples
+SAMPLE_COLUMNS = ("key", "impl", "variant", "config", "shape", "mode", "sample", "time_us")
+
+
+def row_key(impl: str, variant: str, config: str, shape: str, mode: str) -> str:
+    return f"{impl}|{variant}|{config}|{shape}|{mode}"
+
+
+def new_row(impl: str, variant: str, config: str, shape: Shape, mode: str, *, must_run: bool,
+            status: str = "ok", reason: str = "", **extra) -> dict:
+    if status not in ROW_STATUSES:
+        raise ValueError(f"row status must be one of {ROW_STATUSES}, got {status!r}")
+    row = {"key": row_key(impl, variant, config, shape.key, mode), "impl": impl, "variant": variant,
+           "config": config, "shape": shape.key, "B": shape.B, "H": shape.H, "S": shape.S, "D": shape.D,
+           "dtype": shape.dtype, "causal": shape.causal, "mode": mode, "must_run": must_run,
+           "status": status, "reason": reason}
+    row.update(extra)
+    return row
+
+
+def _stats(row: dict, times_us: list[float] | None, rates: dict[str, float]) -> dict:
+    if not times_us:
+        return {k: None for k in STAT_KEYS}
+    sp = spread(times_us)
+    shape = parse_shape(row["shape"])
+    flops, nbytes = roofline.shape_flops(shape), roofline.shape_bytes(shape)
+    roof = roofline.roofline(flops, nbytes, rates[f"matmul_{shape.dtype}"], rates["bandwidth"])
+    secs = sp.median / 1e6
+    return {"n": sp.n, "median_us": sp.median, "q1_us": sp.q1, "q3_us": sp.q3, "iqr_us": sp.iqr,
+            "rel_iqr": sp.rel_iqr, "ci_lo_us": sp.ci_lo, "ci_hi_us": sp.ci_hi, "ci_conf": sp.ci_conf,
+            "min_us": sp.min, "max_us": sp.max, "tflops": roofline.tflops(flops, secs),
+            "gbps": roofline.gbps(nbytes, secs), "floor_us": roof.floor_s * 1e6,
+            "pct_floor": roofline.pct_of_floor(roof.floor_s, secs), "bound": roof.bound, "speedup_vs": {}}
+
+
+def build_rows(records: list[dict], samples: dict[str, list[float]], rates: dict[str, float]) -> list[dict]:
+    """Records + raw samples + ceiling rates -> full summary rows (statistics and speedups)."""
+    rows = []
+    for rec in records:
+        row = {k: v for k, v in rec.items() if k not in STAT_KEYS}
+        row.update(_stats(row, samples.get(rec["key"]), rates))
+        rows.append(row)
+    sdpa = {(r["shape"], r["mode"], r["variant"]): r["median_us"] for r in rows
+            if r["impl"] == SDPA and r["status"] == "ok" and r["median_us"]}
+    for r in rows:
+        if r["median_us"] is None:
+            continue
+        for b in BACKENDS:
+            base = sdpa.get((r["shape"], r["mode"], b))
+            if base and not (r["impl"] == SDPA and r["variant"] == b):
+                r["speedup_vs"][b] = base / r["median_us"]
+    return rows
+
+
+def leaderboard(rows: list[dict], shape_key: str, mode: str) -> list[dict]:
+    """Every implementation at one shape and mode, fastest first (ours and SDPA's backends)."""
+    graph = {(r["impl"], r["variant"], r["config"]): r["median_us"] for r in rows
+             if r["shape"] == shape_key and r["mode"] == "graph"}
+    cands = [r for r in rows if r["shape"] == shape_key and r["mode"] == mode and r["median_us"] is not None]
+    cands.sort(key=lambda r: r["median_us"])
+    return [{"rank": i + 1, "impl": r["impl"], "variant": r["variant"], "config": r["config"],
+             "status": r["status"], "median_us": r["median_us"], "iqr_us": r["iqr_us"], "tflops": r["tflops"],
+             "pct_floor": r["pct_floor"], "speedup_vs_default": r["speedup_vs"].get("default"),
+             "graph_median_us": graph.get((r["impl"], r["variant"], r["config"]))}
+            for i, r in enumerate(cands)]
+
+
+def best_ours(rows: list[dict], shape_key: str, mode: str) -> dict | None:
+    ours = [r for r in rows if r["impl"] == OURS and r["shape"] == shape_key and r["mode"] == mode
+            and r["status"] == "ok" and r["median_us"] is not None]
+    return min(ours, key=lambda r: r["median_us"]) if ours else None
+
+
+def canonical(rows: list[dict], shape_key: str, mode: str) -> dict:
+    """canonical_speedup: best ok variant x config vs SDPA default at the canonical shape (None if absent)."""
+    best = best_ours(rows, shape_key, mode)
+    if best is None:
+        return {"canonical_speedup": None, "canonical_best": None, "canonical_speedup_vs": {}}
+    return {"canonical_speedup": best["speedup_vs"].get("default"),
+            "canonical_best": f"{best['variant']}/{best['config']}",
+            "canonical_speedup_vs": dict(best["speedup_vs"])}
+
+
+def recheck(row: dict) -> str:
+    """Row status re-derived from its recorded error vs bound (our rows that ran)."""
+    if row["impl"] != OURS or row["status"] not in ("ok", "fail"):
+        return row["status"]
+    err, bound = row.get("max_abs_err"), row.get("err_bound")
+    if err is None or bound is None or not err <= bound:
+        return "fail"
+    return "ok"
+
+
+def build_summary(meta: dict, records: list[dict], samples: dict[str, list[float]], rates: dict[str, float]) -> dict:
+    rows = build_rows(records, samples, rates)
+    for r in rows:
+        r["status"] = recheck(r)
+    out = {"schema": SCHEMA, **meta, "rows": rows,
+           "leaderboard": leaderboard(rows, meta["canonical"], meta["primary_mode"])}
+    out.update(canonical(rows, meta["canonical"], meta["primary_mode"]))
+    return out
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        if a is None or b is None:
+            return False
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def differences(written: dict, recomputed: dict) -> list[str]:
+    """Where the written summary disagrees with the one recomputed from the samples."""
+    diffs = []
+    wrows = {r["key"]: r for r in written.get("rows", [])}
+    for r in recomputed["rows"]:
+        w = wrows.pop(r["key"], None)
+        if w is None:
+            diffs.append(f"{r['key']}: missing from summary.json")
+            continue
+        bad = [k for k in (*STAT_KEYS, "status") if not _same(w.get(k), r.get(k))]
+        if bad:
+            diffs.append(f"{r['key']}: {', '.join(bad)}")
+    diffs += [f"{k}: in summary.json but not in the records" for k in wrows]
+    for k in ("leaderboard", "canonical_speedup", "canonical_best"):
+        if not _same(written.get(k), recomputed.get(k)):
+            diffs.append(k)
+    return diffs
+
+
+def records_of(summary: dict) -> list[dict]:
+    """The run-time record part of each written row (statistics dropped)."""
+    return [{k: v for k, v in r.items() if k not in STAT_KEYS} for r in summary["rows"]]
+
+
+def write_samples(path: Path, rows: list[dict], samples: dict[str, list[float]]) -> None:
+    import pandas as pd
+
+    by_key = {r["key"]: r for r in rows}
+    data = {c: [] for c in SAMPLE_COLUMNS}
+    for key, times in samples.items():
+        r = by_key[key]
+        for i, t in enumerate(times):
+            for c, v in zip(SAMPLE_COLUMNS, (key, r["impl"], r["variant"], r["config"], r["shape"], r["mode"], i, t),
+                            strict=True):
+                data[c].append(v)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pd.DataFrame(data, columns=list(SAMPLE_COLUMNS)).to_csv(tmp, index=False, compression="gzip")
+    tmp.replace(path)
+
+
+def read_samples(path: Path) -> dict[str, list[float]]:
+    """{key: times in sample order}; raises ValueError on a malformed file."""
+    import pandas as pd
+
+    # time_us is read as text and parsed by float(): exact round trip on every pandas version
+    try:
+        df = pd.read_csv(path, keep_default_na=False, dtype=str, compression="gzip")
+    except (OSError, EOFError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ValueError(f"{path.name}: {exc}") from None
+    missing = [c for c in SAMPLE_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path.name}: missing columns {missing}")
+    try:
+        times = [float(x) for x in df["time_us"]]
+        order = [int(x) for x in df["sample"]]
+    except ValueError as exc:
+        raise ValueError(f"{path.name}: {exc}") from None
+    if any(not (t > 0 and t < float("inf")) for t in times):
+        raise ValueError(f"{path.name}: time_us must be positive finite numbers")
+    out: dict[str, list[tuple[int, float]]] = {}
+    for key, i, t in zip(df["key"], order, times, strict=True):
+        out.setdefault(key, []).append((i, t))
+    return {k: [t for _, t in sorted(v)] for k, v in out.items()}

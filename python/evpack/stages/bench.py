@@ -1,0 +1,222 @@
+"""Stage `bench`: our variants x configs against every SDPA backend, same run, same harness.
+
+run() writes into the stage folder:
+  binary.json            the extension this process loaded (evpack.binary.loaded_binary)
+  ceilings.json          raw times of the copy and 8192^3 matmul ceilings
+  clocks.json            SM clock under load before/after, throttle flag
+  samples.csv.gz         one row per timed sample: key, impl, variant, config, shape, mode, sample, time_us
+  summary.json           rows (records + statistics), leaderboard, canonical speedup
+  run.json               suite, options, device, GPU seconds and $ cost, previous pack id
+  previous_summary.json  copy of the previous pack's summary (only with option previous_pack)
+  bench.log, *.png       progress log and plots
+derive() recomputes the summary from samples.csv.gz + ceilings.json and requires it to match.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+from ..bench import plots, report
+from ..bench import summary as sm
+from ..bench.compare import compare_rows, regressions
+from ..bench.suites import ADHOC, Suite, load_suite, with_adhoc
+from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
+
+NAME = "bench"
+NEEDS_GPU = True
+TIMEOUT_S = 900  # full suite budget 8 min + ceilings, build load and plots
+REQUIRED = ("summary.json", sm.SAMPLES_FILE, "ceilings.json", "run.json", "clocks.json", "binary.json")
+META_KEYS = ("suite", "canonical", "primary_mode")
+
+log = logging.getLogger(__name__)
+
+
+def resolve_suite(options: dict, repo: Path) -> Suite:
+    name = options.get("suite") or "quick"
+    shapes = options.get("shapes") or []
+    if name == ADHOC:
+        return with_adhoc(load_suite("quick", repo), shapes, only=True)
+    return with_adhoc(load_suite(name, repo), shapes)
+
+
+def cost_per_hour(options: dict) -> float | None:
+    rate = options.get("cost_per_hour")
+    for var in ("EVPACK_COST_PER_HOUR", "EVPACK_RATE_USD_PER_HOUR"):  # the latter is set by scripts/gpu-session
+        if rate is None and os.environ.get(var):
+            rate = os.environ[var]
+    return float(rate) if rate is not None else None
+
+
+def _copy_previous(options: dict, stage_dir: Path) -> dict:
+    prev = options.get("previous_pack")
+    if not prev:
+        return {}
+    from ..bench.compare import CompareInputError, load
+
+    try:
+        data = load(Path(prev))
+    except CompareInputError as exc:
+        log.warning("previous pack not usable: %s", exc)
+        return {"previous_pack": str(prev), "previous_error": str(exc)}
+    write_json(stage_dir / "previous_summary.json", data)
+    return {"previous_pack": str(prev), "previous_pack_id": Path(prev).resolve().name}
+
+
+def run(ctx: StageContext) -> None:
+    t_start = time.perf_counter()
+    handler = logging.FileHandler(ctx.dir / "bench.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    logging.getLogger("evpack").addHandler(handler)
+    try:
+        _run(ctx, t_start)
+    finally:
+        logging.getLogger("evpack").removeHandler(handler)
+        handler.close()
+
+
+def _run(ctx: StageContext, t_start: float) -> None:
+    import torch
+
+    from ..api import flash_attention  # loads the extension
+    from ..bench import ceilings, clocks, harness
+    from ..bench.shape_runner import ShapeRunner
+    from ..binary import loaded_binary
+
+    opts = ctx.options
+    suite = resolve_suite(opts, ctx.repo)
+    write_json(ctx.dir / "binary.json", loaded_binary())
+    dev = torch.cuda.current_device()
+    info = harness.device_info(dev)
+    uuid = str(getattr(torch.cuda.get_device_properties(dev), "uuid", "") or "") or None
+    stream = torch.cuda.Stream()
+    log.info("bench: suite %s, %d shapes, %d timed modes, device %s", suite.name, len(suite.shapes),
+             suite.measurements, info["name"])
+    with torch.cuda.stream(stream):
+        ceilings.busy()
+        before = clocks.read(dev, uuid)
+        stream.synchronize()
+        ceil = ceilings.measure(stream)
+        write_json(ctx.dir / "ceilings.json", ceil)
+        runner = ShapeRunner(suite, flash_attention, stream, info["l2_bytes"], opts.get("variants"),
+                             t_start=time.perf_counter())
+        for i, ss in enumerate(suite.shapes):
+            runner.run_shape(ss)
+            log.info("[%d/%d] %s done at %.1f s", i + 1, len(suite.shapes), ss.shape.key,
+                     time.perf_counter() - t_start)
+        ceilings.busy()
+        after = clocks.read(dev, uuid)
+        stream.synchronize()
+    clk = clocks.judge(before, after)
+    write_json(ctx.dir / "clocks.json", clk)
+    if clk["throttled"]:
+        log.warning("bench: throttled: %s", clk["reason"])
+    meta = {"suite": suite.name, "canonical": suite.canonical.key, "primary_mode": suite.primary_mode}
+    summary = sm.build_summary(meta, runner.records, runner.samples, ceilings.rates(ceil))
+    sm.write_samples(ctx.dir / sm.SAMPLES_FILE, runner.records, runner.samples)
+    write_json(ctx.dir / "summary.json", summary)
+    try:
+        plots.make_all(summary["rows"], ctx.dir, suite.primary_mode)
+    except Exception as exc:  # noqa: BLE001 - a plot failure must not lose the measurements
+        log.warning("plots failed: %s", exc)
+    prev = _copy_previous(opts, ctx.dir)
+    secs = time.perf_counter() - t_start
+    rate = cost_per_hour(opts)
+    write_json(ctx.dir / "run.json", {
+        "schema": 1, "suite": suite.name, "shapes": [s.shape.key for s in suite.shapes],
+        "options": {k: v for k, v in opts.items() if isinstance(v, (str, int, float, bool, list, type(None)))},
+        "device": info, "sleep_cycles_per_s": harness.sleep_cycles_per_s(stream),
+        "gpu_seconds": secs, "cost_per_hour": rate, "cost_usd": None if rate is None else secs / 3600 * rate,
+        **prev})
+    log.info("bench: done in %.1f s", secs)
+
+
+def _decide(rows: list[dict], throttled: bool) -> tuple[str, str]:
+    if not rows:
+        return ERROR, "summary has no rows"
+    ours, sdpa = sm.OURS, sm.SDPA
+    wrong = [r for r in rows if r["impl"] == ours and r["status"] == "fail"]
+    not_run = [r for r in rows if r["must_run"] and r["status"] in ("error", "unsupported")]
+    broken_sdpa = [r for r in not_run if r["impl"] == sdpa]
+    broken_ours = [r for r in not_run if r["impl"] == ours]
+    skipped = [r for r in rows if r["must_run"] and r["status"] == "skipped"]
+    note = " (throttled: clocks.json)" if throttled else ""
+    if broken_sdpa:
+        r = broken_sdpa[0]
+        return ERROR, f"SDPA default did not run on {len(broken_sdpa)} rows (first {r['key']}: {r['reason'][:150]})"
+    if wrong or broken_ours:
+        parts = []
+        if wrong:
+            r = wrong[0]
+            parts.append(f"{len(wrong)} rows wrong after timing (first {r['key']}: max err "
+                         f"{r.get('max_abs_err')} > bound {r.get('err_bound')})")
+        if broken_ours:
+            r = broken_ours[0]
+            parts.append(f"{len(broken_ours)} rows of ours did not run (first {r['key']}: {r['reason'][:150]})")
+        return FAIL, "; ".join(parts) + note
+    if skipped:
+        r = skipped[0]
+        return SKIPPED, f"{len(skipped)} rows not measured (first {r['key']}: {r['reason'][:150]}){note}"
+    timed = sum(1 for r in rows if r["median_us"] is not None)
+    return PASS, f"{timed} rows timed over {len({r['shape'] for r in rows})} shapes, outputs re-checked{note}"
+
+
+def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
+    missing = [n for n in REQUIRED if not (stage_dir / n).is_file()]
+    if missing:
+        return StageOutcome(ERROR, f"missing {', '.join(missing)}")
+    try:
+        written = read_json(stage_dir / "summary.json")
+        ceil, run_info = read_json(stage_dir / "ceilings.json"), read_json(stage_dir / "run.json")
+        clk = read_json(stage_dir / "clocks.json")
+        samples = sm.read_samples(stage_dir / sm.SAMPLES_FILE)
+        from ..bench.ceilings import rates
+
+        meta = {k: written[k] for k in META_KEYS}
+        records = sm.records_of(written)
+        recomputed = sm.build_summary(meta, records, samples, rates(ceil))
+    except (ValueError, KeyError, TypeError, AttributeError, json.JSONDecodeError, OSError) as exc:
+        return StageOutcome(ERROR, f"corrupt bench files: {type(exc).__name__}: {exc}")
+    diffs = sm.differences(written, recomputed)
+    orphans = sorted(set(samples) - {r["key"] for r in records})
+    diffs += [f"{k}: samples without a row" for k in orphans]
+    if diffs:
+        return StageOutcome(ERROR, f"summary.json disagrees with the samples/ceilings in {len(diffs)} "
+                                   f"places (first: {diffs[0]})")
+    rows = recomputed["rows"]
+    status, reason = _decide(rows, bool(clk.get("throttled")))
+    counts = {s: sum(1 for r in rows if r["status"] == s) for s in sm.ROW_STATUSES}
+    data = {"suite": meta["suite"], "rows": len(rows), **{f"rows_{s}": n for s, n in counts.items()},
+            "canonical_shape": meta["canonical"], "primary_mode": meta["primary_mode"],
+            "canonical_speedup": recomputed["canonical_speedup"], "canonical_best": recomputed["canonical_best"],
+            "canonical_speedup_vs": recomputed["canonical_speedup_vs"], "throttled": bool(clk.get("throttled")),
+            "gpu_seconds": run_info.get("gpu_seconds"), "cost_usd": run_info.get("cost_usd"),
+            "so_sha256": read_json(stage_dir / "binary.json").get("sha256"),
+            "regressions": None, "compare_counts": None}
+    prev_path = stage_dir / "previous_summary.json"
+    if prev_path.is_file():
+        try:
+            diff = compare_rows(read_json(prev_path)["rows"], rows)
+            data["regressions"] = [f"{e['impl']}|{e['variant']}|{e['config']}|{e['shape']}|{e['mode']}"
+                                        for e in regressions(diff)]
+            data["compare_counts"] = diff["counts"]
+            data["previous_pack_id"] = run_info.get("previous_pack_id")
+        except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+            return StageOutcome(ERROR, f"corrupt previous_summary.json: {exc}")
+    if recomputed["canonical_speedup"] is not None:
+        reason += (f"; canonical {recomputed['canonical_best']} {recomputed['canonical_speedup']:.2f}x "
+                   f"SDPA default ({meta['primary_mode']})")
+    return StageOutcome(status, reason, data)
+
+
+def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
+    return report.render(stage_dir, outcome)
+
+
+def figures(stage_dir: Path) -> list[Path]:
+    return [stage_dir / f for f in plots.FILES if (stage_dir / f).is_file()]
+
+
+__all__ = ["NAME", "NEEDS_GPU", "TIMEOUT_S", "run", "derive", "report_md", "figures"]
