@@ -3,7 +3,7 @@
 The "GPU host" is this machine through a throwaway sshd on the loopback; the "remote
 checkout" is a temp folder. The evidence command is a stub that writes a fake pack slowly,
 so a run can be interrupted, followed, fetched and guarded. The session commands are read
-from the README's "Running on a cloud GPU" section (docs/cloud-gpu.md until it is merged)
+from the README's "Running on a cloud GPU" section
 and run as written, with only option values replaced: the doc cannot drift from the tests.
 """
 from __future__ import annotations
@@ -62,10 +62,7 @@ provider_start() {{ echo "start $EVPACK_HOST" >> {marker}; }}
 # ------------------------------------------------------------------ the doc's commands
 def doc_commands() -> list[str]:
     """The scripts/... lines of the fenced bash blocks in the cloud-GPU section."""
-    readme = REPO / "README.md"
-    text = readme.read_text() if readme.exists() else ""
-    if SECTION not in text:
-        text = (REPO / "docs" / "cloud-gpu.md").read_text()
+    text = (REPO / "README.md").read_text()
     section = text[text.index(SECTION):]
     nxt = re.search(r"^## ", section[len(SECTION):], flags=re.M)
     if nxt:

@@ -3,6 +3,7 @@ variant x config (one process per cell, on the same release binary that is bench
 each tool's canary, which it must flag for the gate to count as live."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .. import registry
@@ -18,7 +19,8 @@ CELL_TIMEOUT_S = 240
 EXIT_CODE = 86  # --error-exitcode: tells "the tool found errors" from a crash
 CANARY_FOR = {c.expect_caught_by: c.name for c in registry.CANARIES if c.expect_caught_by in TOOLS}
 ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
-PARALLEL = 4  # cells are mostly CPU-bound instrumentation; measured per cell in procs.json
+# Cells are mostly CPU-bound (instrumentation, interpreter start-up); the time of each is in procs.json.
+PARALLEL = max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
 def _cmd(repo: Path, sanitizer: str, tool: str, variant: str, config: str, binary_out: Path | None) -> list[str]:
