@@ -48,13 +48,33 @@ def instantiation_source(variant, dtype: str, head_dim: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plan(variants: Iterable) -> list[tuple[str, str]]:
+# Everything a kernel body may include. The CUDA compile rule torch writes for ninja has no
+# depfile, so a changed header would not rebuild its objects; stamping each generated file
+# with a digest of these sources makes any such change rewrite it, which ninja does see.
+KERNEL_SOURCE_DIRS = ("csrc/include", "csrc/variants", "oracles/canaries")
+
+
+def sources_digest(repo: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for d in KERNEL_SOURCE_DIRS:
+        for path in sorted((Path(repo) / d).rglob("*")):
+            if path.is_file() and path.suffix in (".h", ".cuh", ".hpp", ".inl"):
+                h.update(path.relative_to(repo).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def plan(variants: Iterable, digest: str = "") -> list[tuple[str, str]]:
     """(file name, content) of every instantiation file, in registry order (registry.kernel_grid axes)."""
     files = []
     for v in variants:
         for dtype in v.dtypes:
             for d in v.head_dims:
-                files.append((instantiation_name(v.name, dtype, d), instantiation_source(v, dtype, d)))
+                text = instantiation_source(v, dtype, d)
+                if digest:
+                    text += f"// kernel sources sha256 {digest}\n"
+                files.append((instantiation_name(v.name, dtype, d), text))
     return files
 
 
@@ -71,7 +91,7 @@ def generate(repo: Path, out_dir: Path, variants: Iterable) -> list[Path]:
             raise FileNotFoundError(f"variant {v.name}: kernel body {v.source} not found under {repo}")
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, text in plan(variants):
+    for name, text in plan(variants, sources_digest(repo)):
         path = out_dir / name
         if not path.exists() or path.read_text() != text:
             tmp = path.with_suffix(".cu.tmp")

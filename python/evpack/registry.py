@@ -89,6 +89,17 @@ VARIANTS: tuple[Variant, ...] = (
         configs=(_cfg(64, 64, 4), _cfg(32, 64, 2), _cfg(128, 64, 8)),
         description="nvcuda::wmma 16x16x16 fragments, fp32 accumulation, online softmax in shared memory",
     ),
+    Variant(
+        name="mma",
+        kind="tensor",
+        source="csrc/variants/mma.cuh",
+        # m128n64w4s2: 32 rows (2 row-atoms) per warp, each K/V fragment feeds 2 mma: half the ldmatrix
+        #   traffic per mma, 2 CTAs (8 warps) per SM; m64n64w4s2: small tiles, 2x the CTAs for few
+        #   (batch, head) pairs, 4 CTAs per SM at D=64; m128n64w8s2: 16 rows per warp, 16 warps per SM at D=64.
+        configs=(_cfg(128, 64, 4, 2), _cfg(64, 64, 4, 2), _cfg(128, 64, 8, 2)),
+        description="FlashAttention-2 design on mma.sync m16n8k16 + ldmatrix: Q and P in registers, "
+        "online exp2 softmax in registers, cp.async K/V ring, XOR-swizzled shared memory",
+    ),
 )
 
 CANARIES: tuple[Variant, ...] = (

@@ -1,0 +1,44 @@
+"""Instantiation files: one per (variant, dtype, head dim), rewritten only when something changed."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from evpack import buildgen, registry
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _copy_sources(dst: Path) -> Path:
+    for d in buildgen.KERNEL_SOURCE_DIRS:
+        shutil.copytree(REPO / d, dst / d)
+    return dst
+
+
+def test_one_file_per_variant_dtype_headdim_with_every_config(tmp_path):
+    paths = buildgen.generate(REPO, tmp_path, registry.VARIANTS)
+    expect = {f"{v.name}_{dt}_d{d}.cu" for v in registry.VARIANTS for dt in v.dtypes for d in v.head_dims}
+    assert {p.name for p in paths} == expect
+    wmma = (tmp_path / "wmma_bf16_d128.cu").read_text()
+    for cfg in registry.get("wmma").configs:
+        assert f"EVPACK_INSTANTIATE(wmma, {cfg.name}, {cfg.block_m}, {cfg.block_n}, {cfg.warps}, {cfg.stages}, " \
+               f"__nv_bfloat16, bf16, 128)" in wmma
+
+
+def test_unchanged_sources_leave_files_untouched(tmp_path):
+    out = tmp_path / "gen"
+    first = buildgen.generate(REPO, out, registry.VARIANTS)
+    mtimes = {p: p.stat().st_mtime_ns for p in first}
+    buildgen.generate(REPO, out, registry.VARIANTS)
+    assert mtimes == {p: p.stat().st_mtime_ns for p in first}
+
+
+def test_a_changed_kernel_header_rewrites_the_instantiations(tmp_path):
+    """ninja's CUDA rule has no depfile: the digest stamp is what makes a header edit rebuild."""
+    repo = _copy_sources(tmp_path / "repo")
+    out = tmp_path / "gen"
+    before = {p.name: p.read_text() for p in buildgen.generate(repo, out, registry.VARIANTS)}
+    header = repo / "csrc" / "variants" / "scalar.cuh"
+    header.write_text(header.read_text() + "\n// edited\n")
+    after = {p.name: p.read_text() for p in buildgen.generate(repo, out, registry.VARIANTS)}
+    assert all(before[n] != after[n] for n in before)
