@@ -120,7 +120,7 @@ def _extensions_and_cmdclass():
         compiled once per extension with a different TORCH_EXTENSION_NAME)."""
 
         def run(self):
-            for ext, (out_dir, group) in generated.items():
+            for out_dir, group in generated.values():
                 buildgen.generate(ROOT, ROOT / out_dir, group)
             super().run()
 

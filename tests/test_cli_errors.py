@@ -29,7 +29,9 @@ def test_corrupt_pack_json(tmp_path, fake_env):
     bad = copy_pack(pack, tmp_path / "bad")
     (bad / "pack.json").write_text("{ not json")
     before = {p: p.read_bytes() for p in pack.rglob("*") if p.is_file()}
-    _one_line_error(run_cli("verify", str(bad), env=env), "pack.json is corrupt")
+    proc = run_cli("verify", str(bad), env=env)
+    assert proc.returncode == 1
+    assert "MISMATCH hash mismatch: pack.json" in proc.stdout and "MISMATCH pack.json is corrupt" in proc.stdout
     _one_line_error(run_cli("label", str(bad), env=env), "pack.json is corrupt")
     assert before == {p: p.read_bytes() for p in pack.rglob("*") if p.is_file()}
 

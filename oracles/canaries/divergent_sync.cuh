@@ -1,10 +1,12 @@
-// canary_divergent_sync: the scalar kernel with a __syncthreads() that only the odd threads of
-// each warp reach. Gate that must fire: compute-sanitizer synccheck.
+// canary_divergent_sync: a __syncthreads() that only the odd threads of each warp reach, at the
+// start of the scalar kernel. Gate that must fire: compute-sanitizer synccheck.
 //
-// It sits in the epilogue, after the key loop's last barrier and before the stores, so the even
-// threads are still alive (not exited) when their odd neighbours reach it, and the output is the
-// scalar kernel's. It does not hang on sm_70+: every warp arrives through its odd lanes, and a
-// bar.sync arrival counts the whole warp (PTX ISA: "incremented by the warp size").
+// This is the construct synccheck flagged on an H200 ("Barrier error detected. Divergent
+// thread(s) in warp", tests/fixtures/sanitizer/san_synccheck_divsync.txt). A first version put
+// the barrier in the epilogue, before the stores; under synccheck that kernel hung until the
+// cell's timeout, with nothing reported (reference pack 20261121T132653Z-nogit). Without the
+// tool the kernel completes: every arrival at barrier 0 counts, odd threads meet their even
+// neighbours' first barrier of the body, and exited threads release the last one.
 #pragma once
 
 #include "csrc/variants/scalar.cuh"
@@ -12,16 +14,10 @@
 namespace evpack {
 namespace canary_divergent_sync {
 
-struct DivergentSyncEpilogue {
-  __device__ __forceinline__ static float row_factor(const scalar::EpilogueArgs& a) {
-    if (a.tid & 1) __syncthreads();  // planted fault: a barrier in divergent code
-    return 1.0f;
-  }
-};
-
 template <class Cfg, class T, int kHeadDim>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(FwdParams p) {
-  scalar::fwd_block<Cfg, T, kHeadDim, DivergentSyncEpilogue>(p);
+  if (threadIdx.x & 1) __syncthreads();  // planted fault: a barrier in divergent code
+  scalar::fwd_block<Cfg, T, kHeadDim>(p);
 }
 
 using scalar::dynamic_smem_bytes;  // the scalar kernel's shared-memory layout

@@ -77,7 +77,7 @@ def collect_env(repo: Path) -> dict[str, Any]:
     driver_version = cuda_driver = driver_model = None
     try:
         line = _smi([f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader"]).strip().splitlines()[0]
-        smi_query = dict(zip(SMI_FIELDS, [c.strip() for c in line.split(",")]))
+        smi_query = dict(zip(SMI_FIELDS, [c.strip() for c in line.split(",")], strict=False))
         driver_version = smi_query.get("driver_version")
         dm = smi_query.get("driver_model.current")
         driver_model = None if dm in (None, "[N/A]", "N/A") else dm

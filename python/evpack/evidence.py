@@ -8,8 +8,18 @@ from pathlib import Path
 
 from .envlock import collect_env, python_pin_warning
 from .gitinfo import git_info
-from .pack import (INCOMPLETE_PREFIX, PackError, derive_all, ensure_writable, finalize, new_pack_id,
-                   outcome_file, pack_json, previous_same_commit, write_index)
+from .pack import (
+    INCOMPLETE_PREFIX,
+    PackError,
+    derive_all,
+    ensure_writable,
+    finalize,
+    new_pack_id,
+    outcome_file,
+    pack_json,
+    previous_same_commit,
+    write_index,
+)
 from .report import write_reports
 from .runner import record_skip, run_stage
 from .stages.base import PASS, write_json

@@ -104,7 +104,7 @@ VARIANTS: tuple[Variant, ...] = (
 
 CANARIES: tuple[Variant, ...] = (
     _canary("canary_oob_write", "oracles/canaries/oob_write.cuh", "scalar",
-            "writes one element past the end of the output", "memcheck"),
+            "writes one element 2^25 elements past the end of the output", "memcheck"),
     _canary("canary_smem_race", "oracles/canaries/smem_race.cuh", "scalar",
             "reads a neighbour's shared-memory slot with no barrier", "racecheck"),
     _canary("canary_uninit_read", "oracles/canaries/uninit_read.cuh", "scalar",

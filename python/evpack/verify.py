@@ -6,7 +6,8 @@ from pathlib import Path
 
 from . import PACK_SCHEMA_VERSION
 from .binary import sha256_file
-from .pack import PackError, derive_all, load_pack_file as _load, stage_names_of
+from .pack import PackError, derive_all, stage_names_of
+from .pack import load_pack_file as _load
 from .report import render_html, render_md
 from .stages.base import read_json
 
@@ -27,7 +28,10 @@ def verify_pack(pack_dir: Path) -> list[str]:
     for rel in sorted(set(listed) & present):
         if sha256_file(pack_dir / rel) != listed[rel]:
             problems.append(f"hash mismatch: {rel}")
-    pj = _load(pack_dir, "pack.json")
+    try:
+        pj = _load(pack_dir, "pack.json")
+    except PackError as exc:  # the hash check above already named it when it was altered
+        return problems + [str(exc).split(": ", 1)[-1]]
     if not isinstance(pj, dict) or not isinstance(pj.get("stages"), dict) or not isinstance(pj.get("gates"), dict):
         return problems + ["pack.json is malformed: no stages/gates tables"]
     if pj.get("schema_version") != PACK_SCHEMA_VERSION:

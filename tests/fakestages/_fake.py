@@ -15,7 +15,6 @@ from pathlib import Path
 
 from evpack.stages.base import StageContext, StageOutcome, read_json, write_json
 
-
 FAKE_SHA = "ab" * 32
 
 

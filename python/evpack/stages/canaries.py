@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import registry
-from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, write_json
+from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
 
 NAME = "canaries"
 NEEDS_GPU = False
@@ -24,14 +24,18 @@ def run(ctx: StageContext) -> None:
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     from ..runner import final_outcome
 
+    # What was planted is read from the pack (written by run()), not from today's registry.
+    expected = read_json(stage_dir / "expected.json")
+    if not expected:
+        return StageOutcome(ERROR, "no canaries were planted: every gate is unproven", {"matrix": []})
     outcomes = {s: final_outcome(s, pack_dir) for s in set(SOURCE_STAGE.values())}
     matrix, statuses, problems = [], [], []
-    for c in registry.CANARIES:
-        stage = SOURCE_STAGE[c.expect_caught_by]
+    for c in expected:
+        name, gate = c["canary"], c["caught_by"]
+        stage = SOURCE_STAGE[gate]
         out = outcomes[stage]
-        found = [x for x in out.data.get("canaries", []) if x["name"] == c.name
-                 and x.get("tool", c.expect_caught_by) == c.expect_caught_by]
-        row = {"canary": c.name, "fault": c.description, "gate": c.expect_caught_by, "stage": stage}
+        found = [x for x in out.data.get("canaries", []) if x["name"] == name and x.get("tool", gate) == gate]
+        row = {"canary": name, "fault": c["fault"], "gate": gate, "stage": stage}
         if out.status == SKIPPED:
             row.update(status=SKIPPED, caught=None, observed=f"{stage} skipped: {out.reason}")
         elif not found:
@@ -40,7 +44,7 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
             caught = bool(found[0]["caught"])
             row.update(status=PASS if caught else ERROR, caught=caught, observed=found[0]["observed"])
         if row["status"] == ERROR:
-            problems.append(f"gate not live: {c.expect_caught_by} did not catch {c.name} ({row['observed']})")
+            problems.append(f"gate not live: {gate} did not catch {name} ({row['observed']})")
         statuses.append(row["status"])
         matrix.append(row)
     if problems:

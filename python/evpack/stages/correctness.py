@@ -62,13 +62,16 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     return StageOutcome(status, reason, {"variants": per_variant, "canaries": [canary]})
 
 
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     lines = ["Bound: max |out - ref| <= 2 x PyTorch same-precision error + rounding floor (float64 reference; "
              "NaN-poisoned outputs).", "", "| variant | status | cases | max error | min margin |",
              "|---|---|---|---|---|"]
     for n, v in outcome.data.get("variants", {}).items():
-        fmt = (lambda x: "-" if x is None else f"{x:.3g}")
-        lines.append(f"| {n} | {v['status']} | {v['cases']} | {fmt(v['max_err'])} | {fmt(v['min_margin'])} |")
+        lines.append(f"| {n} | {v['status']} | {v['cases']} | {_fmt(v['max_err'])} | {_fmt(v['min_margin'])} |")
     lines += ["", "Per config x dtype x head dim (worst case):", "",
               "| variant | config | dtype | D | cases | max error | bound at worst | pass |", "|---|---|---|---|---|---|---|---|"]
     for n in outcome.data.get("variants", {}):

@@ -3,7 +3,6 @@ variant x config (one process per cell, on the same release binary that is bench
 each tool's canary, which it must flag for the gate to count as live."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from .. import registry
@@ -19,8 +18,9 @@ CELL_TIMEOUT_S = 240
 EXIT_CODE = 86  # --error-exitcode: tells "the tool found errors" from a crash
 CANARY_FOR = {c.expect_caught_by: c.name for c in registry.CANARIES if c.expect_caught_by in TOOLS}
 ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
-# Cells are mostly CPU-bound (instrumentation, interpreter start-up); the time of each is in procs.json.
-PARALLEL = max(1, min(12, (os.cpu_count() or 2) * 3 // 4))
+# Cells are mostly CPU-bound (instrumentation, interpreter start-up). 12 at a time on the 16-core
+# H200 host: 32 cells in 274 s (reference pack 20261121T132653Z-nogit; per-cell times in procs.json).
+PARALLEL = 12
 
 
 def _cmd(repo: Path, sanitizer: str, tool: str, variant: str, config: str, binary_out: Path | None) -> list[str]:
@@ -50,6 +50,7 @@ def run(ctx: StageContext) -> None:
         cfg = registry.get(canary, include_canaries=True).configs[0]
         jobs.append(Job(f"{tool}.{canary}.{cfg.name}", _cmd(ctx.repo, sanitizer, tool, canary, cfg.name, None),
                         CELL_TIMEOUT_S, ENV))
+    write_json(ctx.dir / "run.json", {"parallel": PARALLEL, "cell_timeout_s": CELL_TIMEOUT_S, "env": ENV})
     run_jobs(jobs, ctx.dir, ctx.repo, parallel=PARALLEL)
 
 
@@ -102,6 +103,7 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
             n = c["hazards"] if t == "racecheck" else c["errors"]
             row.append(f"{c['status'].upper()} {'-' if n is None else n} ({c['duration_s']:.0f} s)")
         lines.append(f"| {v} | {cfg} | " + " | ".join(row) + " |")
+    run = read_json(stage_dir / "run.json") if (stage_dir / "run.json").exists() else {"parallel": PARALLEL}
     lines.append(f"\nTotal process time {outcome.data.get('cell_seconds_total')} s "
-                 f"(run {PARALLEL} at a time).")
+                 f"(run {run['parallel']} at a time).")
     return "\n".join(lines)

@@ -49,7 +49,7 @@ def _rows(stage_dir: Path, name: str) -> tuple[str | None, list[dict]]:
     if len(kernels) != len(calls):
         return f"{name}: ncu profiled {len(kernels)} launches but the target made {len(calls)} calls", []
     rows = []
-    for call, km in zip(calls, kernels):
+    for call, km in zip(calls, kernels, strict=True):
         if f"cfg_{call['config']}" not in km.kernel or call["variant"] not in km.kernel:
             return f"{name}: launch {km.launch_id} is {km.kernel[:80]}, expected {call['variant']}/{call['config']}", []
         flops = km.tensor_flops
