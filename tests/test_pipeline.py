@@ -202,3 +202,25 @@ def test_report_html_is_self_contained(good_pack):
     assert "<table>" in html and "http://" not in html and "https://" not in html
     md = (good_pack / "report.md").read_text()
     assert "evidence:complete" in md and "| one_binary | PASS |" in md
+
+
+def test_benchmark_compares_against_the_newest_pack_with_bench_data(tmp_path, fake_env, monkeypatch):
+    from evpack.evidence import previous_with_bench
+
+    first = _run(tmp_path, fake_env, {})
+    assert previous_with_bench(tmp_path / "packs") is None  # the fake bench writes no summary.json
+    seen = {}
+    monkeypatch.setattr("evpack.evidence.previous_with_bench", lambda root: first)
+    import evpack.evidence as ev
+
+    real = ev.run_stage
+
+    def spy(name, pack_dir, repo, options, **kw):
+        seen[name] = options.get("previous_pack")
+        return real(name, pack_dir, repo, options, **kw)
+
+    monkeypatch.setattr(ev, "run_stage", spy)
+    time.sleep(1.1)
+    second = _run(tmp_path, fake_env, {})
+    assert seen["bench"] == str(first)
+    assert read_json(second / "pack.json")["options"]["previous_pack"] == str(first)

@@ -14,6 +14,7 @@ from .pack import (
     derive_all,
     ensure_writable,
     finalize,
+    list_packs,
     new_pack_id,
     outcome_file,
     pack_json,
@@ -27,6 +28,14 @@ from .stages.order import DEPENDS_ON, STAGE_ORDER, stage_module, with_dependenci
 from .toolchain import toolchain
 
 log = logging.getLogger("evpack")
+
+
+def previous_with_bench(packs_root: Path) -> Path | None:
+    """The newest finished pack whose benchmark produced a summary (compare's baseline)."""
+    for pack in reversed(list_packs(packs_root)):
+        if (pack / "bench" / "summary.json").exists():
+            return pack
+    return None
 
 
 def gpu_available() -> tuple[bool, str]:
@@ -46,6 +55,10 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
                  progress=print) -> Path:
     ensure_writable(packs_root)
     to_run = with_dependencies(selected) if selected else list(STAGE_ORDER)
+    if "bench" in to_run and not options.get("previous_pack"):
+        prev_bench = previous_with_bench(packs_root)
+        if prev_bench is not None:  # the report then shows the diff against it (and perf-regression)
+            options = dict(options, previous_pack=str(prev_bench))
     git = git_info(repo)
     created = datetime.now(timezone.utc)
     pack_id = new_pack_id(git.commit, git.dirty, created)
