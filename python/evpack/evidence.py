@@ -22,8 +22,8 @@ from .pack import (
     write_index,
 )
 from .report import write_reports
-from .runner import record_skip, run_stage
-from .stages.base import PASS, write_json
+from .runner import final_outcome, record_skip, run_stage
+from .stages.base import PASS, read_json, write_json
 from .stages.order import DEPENDS_ON, STAGE_ORDER, stage_module, with_dependencies
 from .toolchain import toolchain
 
@@ -95,8 +95,6 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
             progress(f"[{i}/{len(STAGE_ORDER)}] {name}: running"
                      + (f" (own process, timeout {mod.TIMEOUT_S} s)" if mod.NEEDS_GPU else ""))
             run_stage(name, tmp, repo, options, isolate=mod.NEEDS_GPU, timeout_s=mod.TIMEOUT_S)
-        from .runner import final_outcome
-
         outcomes[name] = final_outcome(name, tmp)
         outcome_file(stage_dir, outcomes[name])
         durations[name] = round(time.monotonic() - t0, 3)
@@ -106,8 +104,6 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
     prev = previous_same_commit(packs_root, git.commit, exclude=pack_id)
     zero_delta = None
     if prev is not None:
-        from .stages.base import read_json
-
         prev_digest = read_json(prev / "pack.json").get("content_digest")
         zero_delta = {"previous_pack": prev.name, "previous_digest": prev_digest,
                       "same": prev_digest == derived.digest}
