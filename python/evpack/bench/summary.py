@@ -178,25 +178,35 @@ def write_samples(path: Path, rows: list[dict], samples: dict[str, list[float]])
 
 
 def read_samples(path: Path) -> dict[str, list[float]]:
-    """{key: times in sample order}; raises ValueError on a malformed file."""
-    import pandas as pd
+    """{key: times in sample order}; raises ValueError on a malformed file.
 
-    # time_us is read as text and parsed by float(): exact round trip on every pandas version
+    Standard library only (csv + gzip), so `verify` re-derives the benchmark on a bare Python;
+    every field is read as text and time_us parsed by float(): an exact round trip.
+    """
+    import csv
+    import gzip
+    import zlib
+
     try:
-        df = pd.read_csv(path, keep_default_na=False, dtype=str, compression="gzip")
-    except (OSError, EOFError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f)
+            columns = reader.fieldnames or []
+            rows = list(reader)
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error, zlib.error) as exc:
         raise ValueError(f"{path.name}: {exc}") from None
-    missing = [c for c in SAMPLE_COLUMNS if c not in df.columns]
+    if not columns:
+        raise ValueError(f"{path.name}: no header")
+    missing = [c for c in SAMPLE_COLUMNS if c not in columns]
     if missing:
         raise ValueError(f"{path.name}: missing columns {missing}")
     try:
-        times = [float(x) for x in df["time_us"]]
-        order = [int(x) for x in df["sample"]]
-    except ValueError as exc:
+        times = [float(r["time_us"]) for r in rows]
+        order = [int(r["sample"]) for r in rows]
+    except (ValueError, TypeError) as exc:
         raise ValueError(f"{path.name}: {exc}") from None
     if any(not (t > 0 and t < float("inf")) for t in times):
         raise ValueError(f"{path.name}: time_us must be positive finite numbers")
     out: dict[str, list[tuple[int, float]]] = {}
-    for key, i, t in zip(df["key"], order, times, strict=True):
+    for key, i, t in zip((r["key"] for r in rows), order, times, strict=True):
         out.setdefault(key, []).append((i, t))
     return {k: [t for _, t in sorted(v)] for k, v in out.items()}
