@@ -9,8 +9,6 @@ combines that record with the stage's pure `derive()` and is what both
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 import traceback
@@ -19,6 +17,7 @@ from pathlib import Path
 
 from .stages.base import ERROR, SKIPPED, StageContext, StageOutcome, read_json, write_json
 from .stages.order import stage_module
+from .stages.procs import last_line, run_isolated
 
 RUNNER_FILE = "runner.json"
 LOG_FILE = "stage.log"
@@ -45,18 +44,8 @@ def run_stage(name: str, pack_dir: Path, repo: Path, options: dict, *, isolate: 
     if isolate:
         cmd = [sys.executable, "-m", "evpack", "_run-stage", name, "--pack", str(pack_dir),
                "--options", json.dumps(options)]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(repo / "python"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        env["PYTHONUNBUFFERED"] = "1"
-        with open(stage_dir / LOG_FILE, "ab") as log:
-            proc = subprocess.Popen(cmd, cwd=repo, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True)
-            try:
-                rec["returncode"] = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                rec["timed_out"] = True
-                _kill_group(proc)
-                rec["returncode"] = proc.wait()
+        run = run_isolated(cmd, stage_dir / LOG_FILE, repo=repo, timeout_s=timeout_s, grace_s=10, append=True)
+        rec["returncode"], rec["timed_out"] = run["returncode"], run["timed_out"]
     else:
         try:
             run_inline(name, pack_dir, repo, options)
@@ -70,21 +59,6 @@ def run_stage(name: str, pack_dir: Path, repo: Path, options: dict, *, isolate: 
     write_json(stage_dir / RUNNER_FILE, rec)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    import signal
-
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=10)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def run_inline(name: str, pack_dir: Path, repo: Path, options: dict) -> None:
     mod = stage_module(name)
     ctx = StageContext(pack_dir=pack_dir, dir=pack_dir / name, repo=repo, options=options)
@@ -92,11 +66,7 @@ def run_inline(name: str, pack_dir: Path, repo: Path, options: dict) -> None:
 
 
 def _log_tail(stage_dir: Path) -> str:
-    log = stage_dir / LOG_FILE
-    if not log.exists():
-        return "no log"
-    lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
-    return lines[-1][:200] if lines else "empty log"
+    return last_line(stage_dir / LOG_FILE)
 
 
 def final_outcome(name: str, pack_dir: Path) -> StageOutcome:

@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import registry
-from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
-from .procs import Job, oracle_cmd, proc_problem, run_jobs, selected_variants
+from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst
+from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants
 
 NAME = "correctness"
 NEEDS_GPU = True
@@ -19,9 +19,7 @@ def run(ctx: StageContext) -> None:
     jobs.append(Job(CANARY, oracle_cmd(ctx.repo, "correctness.py", "--variant", CANARY, "--quick", "--out",
                                        str(ctx.dir / f"{CANARY}.json")), 300))
     run_jobs(jobs, ctx.dir, ctx.repo)
-    first = next((ctx.dir / f"{j.name}.json" for j in jobs if (ctx.dir / f"{j.name}.json").exists()), None)
-    if first is not None:
-        write_json(ctx.dir / "binary.json", read_json(first)["binary"])
+    record_binary(ctx.dir, [ctx.dir / f"{j.name}.json" for j in jobs if j.name != CANARY])
 
 
 def _variant_status(stage_dir: Path, name: str) -> tuple[str, str, list[dict]]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -26,29 +27,51 @@ def oracle_cmd(repo: Path, program: str, *args: str) -> list[str]:
     return [sys.executable, str(repo / "oracles" / program), *args]
 
 
-def _run_one(job: Job, stage_dir: Path, repo: Path) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(repo / "python"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(job.env)
+def run_isolated(cmd: list[str], log_path: Path, *, repo: Path, timeout_s: float, env: dict | None = None,
+                 grace_s: float = 0.0, append: bool = False) -> dict:
+    """Run cmd in its own process group with output to log_path; kill the whole group on timeout.
+
+    On timeout the group gets SIGTERM and `grace_s` seconds to exit (0: SIGKILL at once), then SIGKILL.
+    Returns {"returncode", "timed_out", "duration_s"}. Shared by the stage runner and the per-cell jobs.
+    """
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join([str(repo / "python"), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    full_env["PYTHONUNBUFFERED"] = "1"
+    full_env.update(env or {})
     t0 = time.monotonic()
-    rec = {"cmd": job.cmd, "env": job.env, "returncode": None, "timed_out": False}
-    with open(stage_dir / f"{job.name}.log", "wb") as log:
-        proc = subprocess.Popen(job.cmd, cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT,
+    rec = {"returncode": None, "timed_out": False}
+    with open(log_path, "ab" if append else "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=repo, env=full_env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
-            rec["returncode"] = proc.wait(timeout=job.timeout_s)
+            rec["returncode"] = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             rec["timed_out"] = True
-            import signal
-
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(proc, grace_s)
             rec["returncode"] = proc.wait()
-    rec["duration_s"] = round(time.monotonic() - t0, 2)
+    rec["duration_s"] = time.monotonic() - t0
     return rec
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
+    signals = ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)) if grace_s > 0 else ((signal.SIGKILL, None),)
+    for sig, wait_s in signals:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        if wait_s is not None:
+            try:
+                proc.wait(timeout=wait_s)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def _run_one(job: Job, stage_dir: Path, repo: Path) -> dict:
+    run = run_isolated(job.cmd, stage_dir / f"{job.name}.log", repo=repo, timeout_s=job.timeout_s, env=job.env)
+    return {"cmd": job.cmd, "env": job.env, "returncode": run["returncode"], "timed_out": run["timed_out"],
+            "duration_s": round(run["duration_s"], 2)}
 
 
 def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int = 1, progress=print) -> dict:
@@ -79,6 +102,16 @@ def proc_problem(stage_dir: Path, name: str) -> str | None:
     if rec["returncode"] != 0:
         return f"{name}: exited {rec['returncode']}: {last_line(stage_dir / f'{name}.log')}"
     return None
+
+
+def record_binary(stage_dir: Path, results: list[Path]) -> None:
+    """stage_dir/binary.json from the first result file that says which extension its process loaded."""
+    for path in results:
+        if path.exists():
+            binary = read_json(path).get("binary")
+            if binary:
+                write_json(stage_dir / "binary.json", binary)
+                return
 
 
 def last_line(path: Path) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
-from .procs import Job, oracle_cmd, proc_problem, run_jobs, selected_variants
+from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst
+from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants
 
 NAME = "stability"
 NEEDS_GPU = True
@@ -27,11 +27,7 @@ def run(ctx: StageContext) -> None:
     jobs.append(Job(CANARY, oracle_cmd(ctx.repo, "stability.py", "--variant", CANARY, "--launches",
                                        str(LAUNCHES), "--out", str(ctx.dir / f"{CANARY}.json")), 300))
     run_jobs(jobs, ctx.dir, ctx.repo)
-    for j in jobs:
-        p = ctx.dir / f"{j.name}.json"
-        if p.exists() and read_json(p).get("binary") and not j.name.startswith("canary"):
-            write_json(ctx.dir / "binary.json", read_json(p)["binary"])
-            break
+    record_binary(ctx.dir, [ctx.dir / f"{j.name}.json" for j in jobs if j.name != CANARY])
 
 
 def _cell(stage_dir: Path, name: str) -> tuple[str, str, dict]:

@@ -9,7 +9,7 @@ from .. import registry
 from ..ncu import COVERAGE_MIN, METRICS, parse_ncu_csv
 from ..tools import find_tool
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
-from .procs import Job, oracle_cmd, proc_problem, run_jobs, selected_variants
+from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants
 
 NAME = "tensor_proof"
 NEEDS_GPU = True
@@ -30,11 +30,7 @@ def run(ctx: StageContext) -> None:
                            str(ctx.dir / f"{name}.manifest.json"))]
         jobs.append(Job(name, cmd, 420))
     run_jobs(jobs, ctx.dir, ctx.repo)
-    for j in jobs:
-        man = ctx.dir / f"{j.name}.manifest.json"
-        if man.exists() and j.name != CANARY:
-            write_json(ctx.dir / "binary.json", read_json(man)["binary"])
-            break
+    record_binary(ctx.dir, [ctx.dir / f"{j.name}.manifest.json" for j in jobs if j.name != CANARY])
 
 
 def _rows(stage_dir: Path, name: str) -> tuple[str | None, list[dict]]:
