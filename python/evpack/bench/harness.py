@@ -133,6 +133,7 @@ class Timer:
         self.graph, self.capture_ms, self.per = None, None, 1
         self._k = 0
         self._fn = fn
+        stream.wait_stream(torch.cuda.current_stream())  # inputs made on the caller's stream are ready
         with torch.cuda.stream(stream), context():
             # warm-up: lazy init, cuDNN plan build, autotuning, first touch of every set
             for i in range(max(rule.warmup, len(self.sets) if mode != "warm" else 0)):
@@ -233,8 +234,11 @@ def sample_interleaved(timers: Sequence[Timer], rule: StopRule, time_cap_s: floa
 def measure(fn: Callable, input_sets: Sequence[tuple], mode: str, rule: StopRule, *,
             stream: torch.cuda.Stream | None = None, time_cap_s: float | None = None,
             context: Callable = contextlib.nullcontext) -> Measurement:
-    """Time one implementation alone (the ceilings; tests). Raises if it fails."""
-    stream = stream or torch.cuda.current_stream()
+    """Time one implementation alone (the ceilings; tests). Raises if it fails.
+
+    Without a stream it runs on a fresh side stream: graph mode cannot capture on the default one.
+    """
+    stream = stream or torch.cuda.Stream()
     t_start = time.perf_counter()
     timer = Timer(fn, input_sets, mode, rule, stream=stream, context=context)
     try:
