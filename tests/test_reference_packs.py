@@ -1,10 +1,12 @@
 """Every pack committed under artifacts/reference/ re-verifies from its raw files with today's code."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from evpack.bench import compare
 from evpack.verify import verify_pack
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,3 +37,51 @@ def test_verify_needs_neither_torch_nor_pandas(pack, tmp_path):
                           env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("verified")
+
+
+def _bench_packs_by_commit() -> dict[str, list[Path]]:
+    groups: dict[str, list[Path]] = {}
+    for p in PACKS:
+        meta = json.loads((p / "pack.json").read_text(encoding="utf-8"))
+        if meta["git"]["commit"] and not meta["git"]["dirty"] and (p / "bench" / "summary.json").exists():
+            groups.setdefault(meta["git"]["commit"], []).append(p)
+    return {c: ps for c, ps in groups.items() if len(ps) >= 2}
+
+
+def test_two_benchmarks_of_one_commit_agree():
+    """Issue 6's stability bar on the committed data: >= 90% of rows SAME between two runs of one commit."""
+    pairs = _bench_packs_by_commit()
+    assert pairs, "no two committed packs with a benchmark from one clean commit"
+    for commit, (a, b, *_) in pairs.items():
+        diff = compare.compare_rows(compare.load(a)["rows"], compare.load(b)["rows"])
+        c = diff["counts"]
+        compared = c["SAME"] + c["FASTER"] + c["SLOWER"]
+        assert compared >= 100, (commit, c)
+        assert c["SAME"] / compared >= 0.90, (commit, a.name, b.name, c)
+        assert not compare.regressions(diff), compare.render(diff, only_changed=True)
+
+
+def _best(rows: list[dict], shape: str, mode: str = "cold") -> tuple[float, dict[str, float]]:
+    ours = [r["median_us"] for r in rows if r["shape"] == shape and r["mode"] == mode and r["impl"] == "evpack"
+            and r["variant"] != "scalar" and r.get("median_us")]
+    sdpa = {r["variant"]: r["median_us"] for r in rows if r["shape"] == shape and r["mode"] == mode
+            and r["impl"] == "sdpa" and r.get("median_us")}
+    return min(ours), sdpa
+
+
+def test_complete_full_suite_pack_meets_the_must_reach_targets():
+    """Issue 8's 'must reach' column, read from the newest complete full-suite reference pack."""
+    full = [p for p in PACKS if json.loads((p / "pack.json").read_text(encoding="utf-8"))["label"] == "evidence:complete"
+            and json.loads((p / "pack.json").read_text(encoding="utf-8"))["options"]["suite"] == "full"]
+    assert full, "no complete full-suite reference pack"
+    rows = compare.load(full[-1])["rows"]
+    base = "B=16,H=16,S=512,D={d},dtype={t},causal={c}"
+    ours, sdpa = _best(rows, base.format(d=64, t="fp16", c=0))
+    assert ours <= sdpa["flash"]
+    ours, sdpa = _best(rows, base.format(d=64, t="fp16", c=1))
+    assert ours <= sdpa["flash"]
+    ours, sdpa = _best(rows, "B=2,H=8,S=512,D=64,dtype=fp16,causal=0", mode="graph")
+    assert ours <= sdpa["default"]
+    for d, t in ((64, "bf16"), (128, "fp16"), (128, "bf16")):
+        ours, sdpa = _best(rows, base.format(d=d, t=t, c=0))
+        assert sdpa["flash"] / ours >= 0.8, (d, t, ours, sdpa["flash"])

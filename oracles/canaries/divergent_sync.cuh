@@ -4,7 +4,8 @@
 // This is the construct synccheck flagged on an H200 ("Barrier error detected. Divergent
 // thread(s) in warp", tests/fixtures/sanitizer/san_synccheck_divsync.txt). A first version put
 // the barrier in the epilogue, before the stores; under synccheck that kernel hung until the
-// cell's timeout, with nothing reported (reference pack 20261121T132653Z-nogit). Without the
+// cell's timeout, with nothing reported (an H200 pack from commit 89abbe3); this one is flagged
+// in 5.4 s (reference pack 20261121T142018Z-b40b5c2fd4c6, sanitize/procs.json). Without the
 // tool the kernel completes: every arrival at barrier 0 counts, odd threads meet their even
 // neighbours' first barrier of the body, and exited threads release the last one.
 #pragma once

@@ -19,7 +19,8 @@ EXIT_CODE = 86  # --error-exitcode: tells "the tool found errors" from a crash
 CANARY_FOR = {c.expect_caught_by: c.name for c in registry.CANARIES if c.expect_caught_by in TOOLS}
 ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
 # Cells are mostly CPU-bound (instrumentation, interpreter start-up). 12 at a time on the 16-core
-# H200 host: 32 cells in 274 s (reference pack 20261121T132653Z-nogit; per-cell times in procs.json).
+# H200 host: 32 cells (194.8 s of process time) in 19.2 s wall (reference pack
+# 20261121T142018Z-b40b5c2fd4c6; per-cell times in its sanitize/procs.json).
 PARALLEL = 12
 
 
