@@ -1,0 +1,46 @@
+"""One profiled launch each of ours (D=64, D=128) and SDPA's flash / cuDNN backends at B=16, H=16,
+S=512, fp16, between cudaProfilerStart/Stop, for Nsight Compute. From the repo root, after a build:
+
+    ncu --clock-control none --profile-from-start off --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+        --section Occupancy --section InstructionStats --section MemoryWorkloadAnalysis \
+        --csv --page details python3 bench/profiles/profile_launches.py > OUT.csv
+"""
+import contextlib
+import sys
+
+sys.path.insert(0, "python")
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+import evpack  # noqa: E402
+
+
+def qkv(d):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    return [torch.randn(16, 16, 512, d, device="cuda", dtype=torch.float16, generator=g) for _ in range(3)]
+
+
+def sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+CALLS = [
+    ("mma64", lambda q, k, v: evpack.flash_attention(q, k, v, variant="mma", config="m64n64w4s2"), 64, None),
+    ("mma128", lambda q, k, v: evpack.flash_attention(q, k, v, variant="mma", config="m128n64w4s2"), 128, None),
+    ("flash64", sdpa, 64, SDPBackend.FLASH_ATTENTION),
+    ("cudnn64", sdpa, 64, SDPBackend.CUDNN_ATTENTION),
+    ("flash128", sdpa, 128, SDPBackend.FLASH_ATTENTION),
+]
+for name, fn, d, backend in CALLS:
+    q, k, v = qkv(d)
+    with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
+        for _ in range(5):  # warm-up: lazy init, cuDNN plan
+            fn(q, k, v)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        fn(q, k, v)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+    print("profiled", name, flush=True)
