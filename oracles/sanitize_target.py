@@ -16,7 +16,7 @@ and launch path the op uses), not through the torch custom op: under
 compute-sanitizer, torch 2.11's custom-op dispatch kept every argument and result
 alive until exit (on an H200, 2026-11-21: 8 of 8 tensors still referenced after
 del + gc.collect() under the tool, 0 of 8 without it, 0 of 8 through the binding),
-and memcheck's leak check reported each of them.
+and memcheck's leak check reported each of them (tests/fixtures/sanitizer/probe_memcheck_leak_*).
 
     compute-sanitizer --tool memcheck python oracles/sanitize_target.py --variant wmma --config m64n64w4s1
 """
