@@ -34,7 +34,10 @@ from setuptools import find_packages, setup
 ROOT = Path(__file__).resolve().parent
 os.chdir(ROOT)  # sources are given relative to the repository root
 
-BUILD_COMMANDS = {"build", "build_ext", "install", "develop", "bdist", "bdist_wheel", "bdist_egg", "editable_wheel"}
+# Commands that compile the kernels. An editable install (`pip install -e .`, what nox and development
+# use) installs the Python package only: the evidence run's build stage compiles the extension in place
+# (python/evpack/_C*.so), where the editable package finds it.
+BUILD_COMMANDS = {"build", "build_ext", "install", "bdist", "bdist_wheel", "bdist_egg"}
 DEFAULT_ARCHS = "80;89;90"
 NVCC_FLAGS = ["-std=c++17", "-O3", "--use_fast_math", "-lineinfo", "-Xptxas", "-v", "-Xcompiler", "-fvisibility=hidden"]
 CXX_FLAGS = ["-O3", "-fvisibility=hidden"]  # C++ standard: torch's default (its headers lean on C++20)

@@ -1,16 +1,14 @@
-"""Shared by the oracle programs: import path, inputs, the float64 reference, result files."""
+"""Shared by the oracle programs: inputs, the float64 reference, result files.
+
+The oracle programs import the installed `evpack` package (an editable install of this checkout:
+`pip install -e .`, which nox does); nothing here edits the import path."""
 from __future__ import annotations
 
 import json
 import math
 import os
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "python"))
-
-import torch  # noqa: E402
+import torch
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

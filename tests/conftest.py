@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "python"))
-sys.path.insert(0, str(REPO / "tests"))
+TESTS = REPO / "tests"
+FAKE = "fakestages"  # the stand-in stage package (tests/fakestages), passed as a parameter
+# CLI commands that take the stand-in stage package (hidden option --stage-package)
+_STAGE_PACKAGE_COMMANDS = {"evidence", "build", "ptxas", "sass", "tensor_proof", "sanitize", "correctness",
+                           "stability", "canaries", "bench", "oracles", "verify", "label"}
 
 
 def _cuda_available() -> tuple[bool, str]:
@@ -39,19 +42,37 @@ def fake_env(monkeypatch, tmp_path):
     """Run the real pipeline on stand-in stages; returns a function(plan) -> env for subprocesses."""
 
     def set_plan(plan: dict) -> dict:
-        monkeypatch.setenv("EVPACK_STAGE_PACKAGE", "fakestages")
         monkeypatch.setenv("FAKE_PLAN", json.dumps(plan))
-        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "python"), str(REPO / "tests")]))
+        # the isolated stage processes import the stand-in package from tests/
+        monkeypatch.setenv("PYTHONPATH", str(TESTS))
         return dict(os.environ)
 
     return set_plan
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    """`python -m evpack ARGS` in a fresh process; with a fake_env plan, on the stand-in stages."""
     e = dict(env or os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(REPO / "python"), str(REPO / "tests"), e.get("PYTHONPATH", "")])
+    e["PYTHONPATH"] = os.pathsep.join([str(TESTS), e.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    args = list(args)
+    if "FAKE_PLAN" in e and args and args[0] in _STAGE_PACKAGE_COMMANDS:
+        args += ["--stage-package", FAKE]
     return subprocess.run([sys.executable, "-m", "evpack", *args], capture_output=True, text=True, env=e,
                           timeout=timeout, cwd=REPO)
+
+
+def fake_pack(root: Path, **kw) -> Path:
+    """A pack made by the real pipeline on the stand-in stages (a fake_env plan must be set)."""
+    from evpack.evidence import run_evidence
+
+    return run_evidence(REPO, selected=kw.pop("selected", None), packs_root=root, options=kw.pop("options", {}),
+                        stages=FAKE, **kw).pack
+
+
+def verify_fake(pack: Path) -> list[str]:
+    from evpack.verify import verify_pack
+
+    return verify_pack(pack, stages=FAKE)
 
 
 def copy_pack(src: Path, dst_root: Path) -> Path:

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import os
 
-from conftest import REPO, copy_pack, run_cli
+from conftest import REPO, copy_pack, fake_pack, run_cli, verify_fake
 
-from evpack.evidence import run_evidence
 
 
 def _one_line_error(proc, needle):
@@ -25,14 +24,15 @@ def test_folder_that_is_not_a_pack(tmp_path):
 
 def test_corrupt_pack_json(tmp_path, fake_env):
     env = fake_env({})
-    pack = run_evidence(REPO, selected=None, packs_root=tmp_path / "p", options={}, progress=lambda *a: None)
+    pack = fake_pack(tmp_path / "p")
     bad = copy_pack(pack, tmp_path / "bad")
     (bad / "pack.json").write_text("{ not json")
     before = {p: p.read_bytes() for p in pack.rglob("*") if p.is_file()}
     proc = run_cli("verify", str(bad), env=env)
     assert proc.returncode == 1
     assert "MISMATCH hash mismatch: pack.json" in proc.stdout and "MISMATCH pack.json is corrupt" in proc.stdout
-    _one_line_error(run_cli("label", str(bad), env=env), "pack.json is corrupt")
+    lab = run_cli("label", str(bad), env=env)  # label verifies first: a pack that does not verify has no labels
+    assert lab.returncode == 1 and lab.stdout == "" and "does not verify" in lab.stderr
     assert before == {p: p.read_bytes() for p in pack.rglob("*") if p.is_file()}
 
 
@@ -59,8 +59,8 @@ def test_non_writable_output_folder(tmp_path):
 
 def test_report_refuses_to_write_into_the_pack(tmp_path, fake_env):
     env = fake_env({})
-    pack = run_evidence(REPO, selected=None, packs_root=tmp_path / "p", options={}, progress=lambda *a: None)
-    _one_line_error(run_cli("report", str(pack), "--out", str(pack / "sub"), env=env), "outside the pack")
+    pack = fake_pack(tmp_path / "p")
+    _one_line_error(run_cli("report", str(pack), "--out", str(pack / "sub"), env=env), "inside the pack")
     ok = run_cli("report", str(pack), "--out", str(tmp_path / "r"), env=env)
     assert ok.returncode == 0 and (tmp_path / "r" / "report.html").exists()
     assert (tmp_path / "r" / "report.md").read_text() == (pack / "report.md").read_text()

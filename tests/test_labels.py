@@ -3,9 +3,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, fake_pack, run_cli, verify_fake
 
-from evpack.evidence import run_evidence
 from evpack.labels import ALL_LABELS, decide, gh_args, main_label
 
 ALL = ("build", "ptxas_resources", "sass_tensor_proof", "executed_tensor_work", "sanitizer_clean", "correctness",
@@ -57,7 +56,7 @@ def test_gh_args_add_current_and_remove_stale_labels():
                                         ({"stability": "fail"}, "evidence:failed")])
 def test_label_command_on_packs_of_each_outcome(tmp_path, fake_env, monkeypatch, plan, label):
     env = fake_env(plan)
-    pack = run_evidence(REPO, selected=None, packs_root=tmp_path / "p", options={}, progress=lambda *a: None)
+    pack = fake_pack(tmp_path / "p")
     assert run_cli("label", str(pack), env=env).stdout.splitlines()[0] == label
     js = json.loads(run_cli("label", str(pack), "--format", "json", env=env).stdout)
     assert js["label"] == label and js["pack_id"] == pack.name

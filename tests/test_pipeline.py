@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, copy_pack, run_cli
+from conftest import REPO, copy_pack, fake_pack, run_cli, verify_fake
 
-from evpack.evidence import run_evidence
 from evpack.pack import PackError
 from evpack.stages.base import read_json
 from evpack.verify import verify_pack
@@ -20,8 +19,7 @@ from evpack.verify import verify_pack
 
 def _run(tmp_path, fake_env, plan, **kw) -> Path:
     fake_env(plan)
-    return run_evidence(REPO, selected=None, packs_root=tmp_path / "packs", options={}, progress=lambda *a: None,
-                        **kw)
+    return fake_pack(tmp_path / "packs", **kw)
 
 
 def test_all_gates_pass_gives_complete_and_verifies(tmp_path, fake_env):
@@ -30,7 +28,7 @@ def test_all_gates_pass_gives_complete_and_verifies(tmp_path, fake_env):
     assert pj["label"] == "evidence:complete"
     assert "tensor-cores-verified" in pj["labels"] and "sanitizer-clean" in pj["labels"]
     assert all(g["status"] == "pass" for g in pj["gates"].values())
-    assert verify_pack(pack) == []
+    assert verify_fake(pack) == []
     assert (tmp_path / "packs" / "latest").resolve() == pack
     for f in ("pack.json", "env.json", "report.md", "report.html", "index.json", "bench/raw.json"):
         assert (pack / f).is_file(), f
@@ -57,7 +55,7 @@ def test_pack_json_carries_the_required_fields(tmp_path, fake_env):
 def test_label_follows_the_gates(tmp_path, fake_env, plan, label):
     pack = _run(tmp_path, fake_env, plan)
     assert read_json(pack / "pack.json")["label"] == label
-    assert verify_pack(pack) == []
+    assert verify_fake(pack) == []
 
 
 def test_failed_build_skips_its_dependents_with_a_reason(tmp_path, fake_env):
@@ -80,7 +78,7 @@ def test_broken_stage_is_error_with_log_kept_and_pack_still_assembled(tmp_path, 
     assert (pack / "sanitize" / "stage.log").exists()
     assert pj["stages"]["bench"]["status"] == "pass"  # later stages still ran
     assert pj["label"] == "evidence:failed"
-    assert verify_pack(pack) == []
+    assert verify_fake(pack) == []
 
 
 def test_binary_mismatch_fails_the_one_binary_gate(tmp_path, fake_env):
@@ -103,17 +101,17 @@ def test_verify_catches_a_flipped_byte_in_any_file(good_pack, tmp_path):
         data = bytearray(p.read_bytes())
         data[len(data) // 2] ^= 0x01
         p.write_bytes(bytes(data))
-        problems = verify_pack(pack)
+        problems = verify_fake(pack)
         assert any(f"hash mismatch: {rel}" in x for x in problems), (rel, problems)
 
 
 def test_verify_catches_deleted_and_added_files(good_pack, tmp_path):
     pack = copy_pack(good_pack, tmp_path / "del")
     (pack / "ptxas" / "tool.log").unlink()
-    assert "missing file: ptxas/tool.log" in verify_pack(pack)
+    assert "missing file: ptxas/tool.log" in verify_fake(pack)
     pack = copy_pack(good_pack, tmp_path / "add")
     (pack / "bench" / "extra.csv").write_text("x\n")
-    assert "file not in index.json: bench/extra.csv" in verify_pack(pack)
+    assert "file not in index.json: bench/extra.csv" in verify_fake(pack)
 
 
 def test_verify_rederives_results_even_when_the_index_is_rewritten(good_pack, tmp_path):
@@ -125,7 +123,7 @@ def test_verify_rederives_results_even_when_the_index_is_rewritten(good_pack, tm
     raw["plan"] = "fail"
     (pack / "correctness" / "raw.json").write_text(json.dumps(raw))
     write_index(pack)
-    problems = verify_pack(pack)
+    problems = verify_fake(pack)
     assert any(x.startswith("stage correctness:") for x in problems)
     assert any(x.startswith("label:") for x in problems)
 
@@ -144,8 +142,9 @@ def test_interrupted_run_leaves_nothing_that_verifies(tmp_path, fake_env):
     env = fake_env({"correctness": "sleep:60", "timeout": 120})
     packs = tmp_path / "packs"
     e = dict(env)
-    e["PYTHONPATH"] = os.pathsep.join([str(REPO / "python"), str(REPO / "tests")])
-    proc = subprocess.Popen([sys.executable, "-m", "evpack", "evidence", "--packs-dir", str(packs)], env=e,
+    e["PYTHONPATH"] = str(REPO / "tests")
+    proc = subprocess.Popen([sys.executable, "-m", "evpack", "evidence", "--packs-dir", str(packs),
+                             "--stage-package", "fakestages"], env=e,
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     deadline = time.monotonic() + 60
@@ -159,7 +158,7 @@ def test_interrupted_run_leaves_nothing_that_verifies(tmp_path, fake_env):
     assert left and all(p.name.startswith(".incomplete-") for p in left)
     assert not (packs / "latest").exists()
     with pytest.raises(PackError):
-        verify_pack(left[0])
+        verify_fake(left[0])
     assert run_cli("verify", str(left[0]), env=env).returncode == 2
 
 
@@ -170,28 +169,30 @@ def test_gpu_stages_are_skipped_with_a_reason_without_a_gpu(tmp_path, fake_env, 
     assert pj["stages"]["sanitize"] == {"status": "skipped", "reason": "no CUDA device: test",
                                         "duration_s": pj["stages"]["sanitize"]["duration_s"]}
     assert pj["label"] == "evidence:partial"
-    assert verify_pack(pack) == []
+    assert verify_fake(pack) == []
 
 
-def test_zero_delta_is_reported_for_identical_content(tmp_path, fake_env):
+def test_zero_delta_is_reported_for_identical_content(tmp_path, fake_env, caplog):
     first = _run(tmp_path, fake_env, {})
     time.sleep(1.1)  # pack ids have one-second resolution
-    lines = []
     fake_env({})
-    second = run_evidence(REPO, selected=None, packs_root=tmp_path / "packs", options={}, progress=lines.append)
+    with caplog.at_level("INFO", logger="evpack"):
+        second = fake_pack(tmp_path / "packs")
+    lines = [r.getMessage() for r in caplog.records]
     zd = read_json(second / "pack.json")["zero_delta"]
     assert zd == {"previous_pack": first.name, "previous_digest": read_json(first / "pack.json")["content_digest"],
                   "same": True}
     assert any(line.startswith("zero-delta:") for line in lines)
     assert "zero-delta: same content as" in (second / "report.md").read_text()
-    assert verify_pack(second) == []
+    assert verify_fake(second) == []
 
 
-def test_interpreter_pin_mismatch_warns(tmp_path, fake_env, monkeypatch):
+def test_interpreter_pin_mismatch_warns(tmp_path, fake_env, monkeypatch, caplog):
     monkeypatch.setenv("EVPACK_EXPECT_PYTHON", "/nonexistent/python9")
-    lines = []
     fake_env({})
-    pack = run_evidence(REPO, selected=None, packs_root=tmp_path / "packs", options={}, progress=lines.append)
+    with caplog.at_level("INFO", logger="evpack"):
+        pack = fake_pack(tmp_path / "packs")
+    lines = [r.getMessage() for r in caplog.records]
     warnings = read_json(pack / "pack.json")["warnings"]
     assert warnings and "EVPACK_EXPECT_PYTHON" in warnings[0]
     assert any(line.startswith("WARNING: interpreter pin") for line in lines)

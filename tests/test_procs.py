@@ -14,7 +14,7 @@ def test_cells_record_exit_codes_and_timeouts(tmp_path):
     jobs = [Job("ok", [sys.executable, "-c", "print('fine')"], 30),
             Job("bad", [sys.executable, "-c", "raise SystemExit(3)"], 30),
             Job("hang", [sys.executable, "-c", child], 1)]
-    recs = run_jobs(jobs, tmp_path, REPO, parallel=3, progress=lambda *a, **k: None)
+    recs = run_jobs(jobs, tmp_path, REPO, parallel=3)
     assert recs["ok"]["returncode"] == 0 and (tmp_path / "ok.log").read_text().strip() == "fine"
     assert recs["bad"]["returncode"] == 3
     assert recs["hang"]["timed_out"] and recs["hang"]["duration_s"] < 30  # the grandchild did not keep it alive

@@ -1,160 +1,296 @@
-"""Command line: `python -m evpack <command>`. Library code returns values; this module prints."""
+"""Command line: `python -m evpack <command>`. Library code returns values and logs; this module prints.
+
+Exit status (every command):
+  0  the command did what was asked; for `evidence` and the stage commands: the pack meets the
+     requirement (--require; default `complete` where a CUDA device is present, `partial` where none
+     is) and verifies
+  1  the pack does not meet the requirement (a failed or errored gate, fewer gates run than
+     required), a verify mismatch, or a benchmark regression (`compare`)
+  2  usage errors and bad input (unknown option value, a path that is not a pack, ...)
+"""
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
-from .pack import PackError
-from .stages.order import GROUPS, STAGE_ORDER
+from .options import REQUIREMENTS, STAGE_COMMANDS, SUITES, meets, parse_stages, run_options
+from .pack import INCOMPLETE_PREFIX, PackError, ensure_writable, inside_pack
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PACKS = REPO / "artifacts" / "packs"
-STAGE_COMMANDS = tuple(STAGE_ORDER) + tuple(GROUPS)
+REFERENCE = REPO / "artifacts" / "reference"
+EXIT_DOC = ("exit status: 0 the pack meets the requirement and verifies; 1 it does not (failed/errored gate, "
+            "fewer gates run than required, verify mismatch); 2 usage errors and bad input")
 
 
 def resolve_pack(arg: str) -> Path:
     """A pack path, or an id / 'latest' under artifacts/packs or artifacts/reference."""
     p = Path(arg)
-    if p.exists():
-        return p.resolve()
-    for root in (DEFAULT_PACKS, REPO / "artifacts" / "reference"):
-        if (root / arg).exists():
-            return (root / arg).resolve()
-    raise PackError(f"no such pack: {arg} (give a folder, or a pack id under {DEFAULT_PACKS})")
+    if not p.exists():
+        for root in (DEFAULT_PACKS, REFERENCE):
+            if (root / arg).exists():
+                p = root / arg
+                break
+        else:
+            raise PackError(f"no such pack: {arg} (give a folder, a pack id under {DEFAULT_PACKS} or "
+                            f"{REFERENCE}, or 'latest')")
+    if p.name.startswith(INCOMPLETE_PREFIX) or p.resolve().name.startswith(INCOMPLETE_PREFIX):
+        raise PackError(f"{p}: an interrupted run's folder, not a finished pack")
+    if not p.is_dir():
+        raise PackError(f"{p}: not a pack folder")
+    if not (p / "index.json").is_file():
+        raise PackError(f"{p}: no index.json: not a finished pack")
+    return p.resolve()
+
+
+def guard_output(path: Path, *, force: bool, names: tuple[str, ...]) -> Path:
+    """Where a command may write: never into or under a pack, never over existing files without --force."""
+    path = path.resolve()
+    pack = inside_pack(path)
+    if pack is not None:
+        raise PackError(f"{path} is inside the pack {pack}: a pack is never modified after it is written")
+    for parent in (path, *path.parents):
+        if (parent / "latest").is_symlink() or parent.name in ("packs", "reference") and parent.parent.name == "artifacts":
+            raise PackError(f"{path} is under the packs folder {parent}: only an evidence run writes there")
+    existing = [n for n in names if (path / n).exists()]
+    if existing and not force:
+        raise PackError(f"{path}: {', '.join(existing)} already exist(s); pass --force to replace")
+    return path
+
+
+def _pack_arg(p: argparse.ArgumentParser, nargs="?") -> None:
+    p.add_argument("pack", nargs=nargs, default="latest" if nargs == "?" else None,
+                   help="pack folder, pack id (under artifacts/packs or artifacts/reference) or 'latest' "
+                        "(default: latest)" if nargs == "?" else "pack folder, pack id or 'latest'")
 
 
 def _run_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--packs-dir", type=Path, default=DEFAULT_PACKS, help="where packs are written")
-    ap.add_argument("--suite", choices=("quick", "full", "adhoc"), default="quick",
+    ap.add_argument("--suite", choices=SUITES, default="quick",
                     help="benchmark suite (adhoc: only the --shape strings)")
     ap.add_argument("--shape", action="append", default=[], dest="shapes",
-                    help='ad-hoc benchmark shape, e.g. "B=16,H=16,S=512,D=64,dtype=fp16,causal=0"')
+                    help='ad-hoc benchmark shape, e.g. "B=16,H=16,S=512,D=64,dtype=fp16,causal=0" (repeatable)')
     ap.add_argument("--variants", default=None, help="comma list of variants (default: all registered)")
-    ap.add_argument("--cost-per-hour", type=float, default=None, help="GPU $/hour for the cost line")
+    ap.add_argument("--cost-per-hour", default=None, help="GPU USD/hour for the cost line (finite, >= 0)")
     ap.add_argument("--previous-pack", default=None, help="pack to compare the benchmark against")
+    ap.add_argument("--require", choices=REQUIREMENTS, default=None,
+                    help="what the exit status requires: complete (default where a CUDA device is present) or "
+                         "partial (default where none is)")
     ap.add_argument("--no-verify", action="store_true", help="skip the final verify")
+    ap.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)  # stand-in stages (tests)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m evpack", description="evidence-pack: verifiable kernel evidence")
+    ap = argparse.ArgumentParser(prog="python -m evpack", description="evidence-pack: verifiable kernel evidence",
+                                 epilog=EXIT_DOC)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-    ev = sub.add_parser("evidence", help="run every stage (or --stages), then report and verify")
+    ev = sub.add_parser("evidence", help="run every stage (or --stages), then report and verify", epilog=EXIT_DOC,
+                        description="Run the stages into a new pack, write its reports, verify it.")
     ev.add_argument("--stages", default=None, help=f"comma list of stages/groups: {', '.join(STAGE_COMMANDS)}")
     _run_options(ev)
     for name in STAGE_COMMANDS:
-        sp = sub.add_parser(name, help=f"a pack with the {name} stage(s) and what they need")
+        sp = sub.add_parser(name, help=f"a pack with the {name} stage(s) and what they need", epilog=EXIT_DOC,
+                            description=f"Run the {name} stage(s) and the stages they need into a new pack.")
         _run_options(sp)
-    e = sub.add_parser("env", help="write env.json (v1 environment lock)")
+    e = sub.add_parser("env", help="write env.json (v1 environment lock)",
+                       description="Write env.json into --out-dir (never into a pack).")
     e.add_argument("--out-dir", type=Path, default=Path("."))
-    r = sub.add_parser("report", help="re-render a pack's report (to --out, or print report.md)")
-    r.add_argument("pack", nargs="?", default="latest", help="pack folder or id (default: latest)")
-    r.add_argument("--out", type=Path, default=None)
-    v = sub.add_parser("verify", help="re-hash and re-derive a pack; non-zero on any mismatch")
-    v.add_argument("pack", nargs="?", default="latest", help="pack folder or id (default: latest)")
-    lb = sub.add_parser("label", help="print the pack's labels")
-    lb.add_argument("pack", nargs="?", default="latest", help="pack folder or id (default: latest)")
+    e.add_argument("--force", action="store_true", help="replace an existing env.json")
+    r = sub.add_parser("report", help="re-render a pack's reports (to --out, or print report.md)",
+                       description="Re-render report.md, report.html and comment.md from a pack's files.")
+    _pack_arg(r)
+    r.add_argument("--out", type=Path, default=None, help="folder for the rendered files (outside any pack)")
+    r.add_argument("--force", action="store_true", help="replace existing report files in --out")
+    v = sub.add_parser("verify", help="re-hash and re-derive a pack; non-zero on any mismatch",
+                       description="Re-hash every file, re-derive every stage, gate and label, compare decisions.",
+                       epilog="exit status: 0 verified; 1 mismatches; 2 not a pack / bad input")
+    _pack_arg(v)
+    v.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
+    lb = sub.add_parser("label", help="print the pack's labels (after verifying it)",
+                        description="Verify a pack, then print its labels.",
+                        epilog="exit status: 0 printed; 1 the pack does not verify; 2 not a pack / bad input")
+    _pack_arg(lb)
     lb.add_argument("--format", choices=("text", "json", "github", "gh-args"), default="text")
-    sub.add_parser("kernels", help="list the registered variants and configs")
-    sub.add_parser("compare", help="compare the benchmarks of two packs", add_help=False)
-    sub.add_parser("history", help="list packs and the speedup trend", add_help=False)
-    rs = sub.add_parser("_run-stage", help=argparse.SUPPRESS)
+    lb.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
+    sub.add_parser("kernels", help="list the registered variants and configs",
+                   description="List the registered kernel variants and their configs.")
+    c = sub.add_parser("compare", help="compare the benchmarks of two packs",
+                       description="Row by row: is B faster, slower or the same as A (measured spreads + SDPA drift).",
+                       epilog="exit status: 0 no regression; 1 a row of ours is SLOWER; 2 bad input")
+    _pack_arg(c, nargs=None)
+    c.add_argument("pack_b", help="pack folder, pack id or 'latest'")
+    c.add_argument("--all", action="store_true", help="also list SAME rows")
+    c.add_argument("--format", choices=("text", "json", "md"), default="text")
+    h = sub.add_parser("history", help="list packs and the speedup trend",
+                       description="The packs under artifacts/ with commit, GPU, label and canonical speedup.")
+    h.add_argument("--artifacts", type=Path, default=REPO / "artifacts",
+                   help="folder holding packs/ and reference/ (default: the repository's artifacts/)")
+    h.add_argument("--format", choices=("text", "json"), default="text")
+    h.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write the trend as a PNG")
+    h.add_argument("--force", action="store_true", help="replace an existing --plot file")
+    rs = sub.add_parser("_run-stage")  # internal: the isolated process of one GPU stage (not listed)
     rs.add_argument("stage")
     rs.add_argument("--pack", type=Path, required=True)
     rs.add_argument("--options", default="{}")
+    rs.add_argument("--stage-package", default=None)
     return ap
-
-
-def _options(args) -> dict:
-    return {"suite": args.suite, "shapes": args.shapes,
-            "variants": args.variants.split(",") if args.variants else None,
-            "cost_per_hour": args.cost_per_hour, "previous_pack": args.previous_pack}
 
 
 def cmd_evidence(args, selected) -> int:
     from .evidence import run_evidence
     from .verify import verify_pack
 
-    pack = run_evidence(REPO, selected=selected, packs_root=args.packs_dir.resolve(), options=_options(args))
-    if args.no_verify:
-        return 0
-    problems = verify_pack(pack)
+    options = run_options(REPO, suite=args.suite, shapes=args.shapes, variants=args.variants,
+                          cost_per_hour=args.cost_per_hour,
+                          previous_pack=str(resolve_pack(args.previous_pack)) if args.previous_pack else None)
+    result = run_evidence(REPO, selected=selected, packs_root=args.packs_dir.resolve(), options=options,
+                          requirement=args.require, stages=args.stage_package)
+    requirement = args.require or ("complete" if result.has_gpu else "partial")
+    ok = meets(result.label, requirement)
+    problems = [] if args.no_verify else verify_pack(result.pack, stages=args.stage_package)
     for p in problems:
         print(f"verify: {p}", file=sys.stderr)
-    print(f"verify: {'OK' if not problems else f'{len(problems)} mismatch(es)'}")
+    if not args.no_verify:
+        print(f"verify: {'OK' if not problems else f'{len(problems)} mismatch(es)'}")
+    print(f"requirement {requirement}: {'met' if ok else 'NOT met'} by {result.label}")
+    return 0 if ok and not problems else 1
+
+
+def cmd_verify(args) -> int:
+    from .verify import verify_pack
+
+    pack = resolve_pack(args.pack)
+    problems = verify_pack(pack, stages=args.stage_package)
+    for p in problems:
+        print(f"MISMATCH {p}")
+    print(f"{pack.name}: {'verified' if not problems else f'{len(problems)} mismatch(es)'}")
     return 1 if problems else 0
+
+
+def cmd_label(args) -> int:
+    from .labels import format_labels
+    from .pack import load_pack_record
+    from .verify import verify_pack
+
+    pack = resolve_pack(args.pack)
+    problems = verify_pack(pack, stages=args.stage_package)
+    if problems:
+        print(f"error: {pack.name} does not verify ({len(problems)} mismatch(es), first: {problems[0]}); "
+              "its labels are not printed", file=sys.stderr)
+        return 1
+    print(format_labels(load_pack_record(pack), args.format))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .report import render_md, write_reports
+
+    pack = resolve_pack(args.pack)
+    if args.out is None:
+        print(render_md(pack))
+        return 0
+    out = guard_output(args.out, force=args.force, names=("report.md", "report.html", "comment.md"))
+    ensure_writable(out)
+    for path in write_reports(pack, out):
+        print(f"WROTE {path}")
+    return 0
+
+
+def cmd_env(args) -> int:
+    from .envlock import collect_env
+    from .jsonio import write_json
+
+    out = guard_output(args.out_dir, force=args.force, names=("env.json",))
+    ensure_writable(out)
+    path = out / "env.json"
+    try:
+        write_json(path, collect_env(REPO))
+    except OSError as exc:
+        raise PackError(f"cannot write {path}: {exc.strerror or exc}") from None
+    print(f"WROTE env.json: {path}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from .bench.compare import CompareInputError, compare_rows, exit_code, load, regressions, render
+
+    try:
+        a, b = load(resolve_pack(args.pack)), load(resolve_pack(args.pack_b))
+    except CompareInputError as exc:
+        raise PackError(str(exc)) from None
+    diff = compare_rows(a["rows"], b["rows"])
+    if args.format == "json":
+        print(json.dumps(diff, indent=2, allow_nan=False, default=str))
+    else:
+        print(render(diff, only_changed=not args.all, markdown=args.format == "md"))
+    regs = regressions(diff)
+    if regs:
+        print(f"REGRESSION: {len(regs)} row(s) of our variants slower beyond noise", file=sys.stderr)
+    return exit_code(diff)
+
+
+def cmd_history(args) -> int:
+    from .history import collect, format_table, plot, to_json
+
+    if not args.artifacts.is_dir():
+        raise PackError(f"history: no artifacts folder at {args.artifacts}")
+    if args.plot is not None:
+        if inside_pack(args.plot.parent) is not None:
+            raise PackError(f"--plot {args.plot}: inside a pack; a pack is never modified")
+        if args.plot.exists() and not args.force:
+            raise PackError(f"--plot {args.plot}: already exists; pass --force to replace")
+    rows = collect(args.artifacts)
+    if args.format == "json":
+        print(to_json(rows))
+    elif rows:
+        print(format_table(rows))
+    else:
+        print(f"history: no packs under {args.artifacts / 'packs'} or {args.artifacts / 'reference'}")
+    for r in rows:
+        if r.error:
+            print(f"history: {r.pack_id}: {r.error}", file=sys.stderr)
+    if args.plot is not None:
+        n = plot(rows, args.plot)
+        print(f"history: wrote {args.plot} ({n} point{'s' if n != 1 else ''})", file=sys.stderr)
+    return 0
+
+
+def dispatch(args) -> int:
+    if args.cmd == "evidence":
+        return cmd_evidence(args, parse_stages(args.stages))
+    if args.cmd in STAGE_COMMANDS:
+        return cmd_evidence(args, [args.cmd])
+    if args.cmd == "kernels":
+        from .registry import VARIANTS
+
+        for v in VARIANTS:
+            print(f"{v.name:8s} {v.kind:7s} {', '.join(c.name for c in v.configs)}  - {v.description}")
+        return 0
+    if args.cmd == "_run-stage":
+        from .runner import run_inline
+
+        run_inline(args.stage, args.pack, REPO, json.loads(args.options), stages=args.stage_package)
+        return 0
+    return {"verify": cmd_verify, "label": cmd_label, "report": cmd_report, "env": cmd_env,
+            "compare": cmd_compare, "history": cmd_history}[args.cmd](args)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
-    if argv and argv[0] in ("compare", "history"):
-        mod = __import__(f"evpack.{'bench.compare' if argv[0] == 'compare' else 'history'}", fromlist=["main"])
-        return mod.main(argv[1:])
-    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout, force=True)
     try:
-        if args.cmd == "evidence":
-            selected = [s.strip() for s in args.stages.split(",")] if args.stages else None
-            for s in selected or []:
-                if s not in STAGE_COMMANDS:
-                    raise PackError(f"unknown stage {s!r} (known: {', '.join(STAGE_COMMANDS)})")
-            return cmd_evidence(args, selected)
-        if args.cmd in STAGE_COMMANDS:
-            return cmd_evidence(args, [args.cmd])
-        if args.cmd == "env":
-            from .envlock import collect_env
-            from .pack import ensure_writable
-            from .stages.base import write_json
-
-            ensure_writable(args.out_dir)
-            path = args.out_dir / "env.json"
-            write_json(path, collect_env(REPO))
-            print(f"WROTE env.json: {path}")
-            return 0
-        if args.cmd == "verify":
-            from .verify import verify_pack
-
-            pack = resolve_pack(args.pack)
-            problems = verify_pack(pack)
-            for p in problems:
-                print(f"MISMATCH {p}")
-            print(f"{pack.name}: {'verified' if not problems else f'{len(problems)} mismatch(es)'}")
-            return 1 if problems else 0
-        if args.cmd == "label":
-            from .labels import format_labels, load_pack_json
-
-            print(format_labels(load_pack_json(resolve_pack(args.pack)), args.format))
-            return 0
-        if args.cmd == "report":
-            from .report import render_md, write_reports
-
-            pack = resolve_pack(args.pack)
-            if args.out is None:
-                print(render_md(pack))
-                return 0
-            out = args.out.resolve()
-            if out == pack or pack in out.parents:
-                raise PackError("--out must be outside the pack: a pack is never modified")
-            from .pack import ensure_writable
-
-            ensure_writable(out)
-            md, html = write_reports(pack, out)
-            print(f"WROTE {md}\nWROTE {html}")
-            return 0
-        if args.cmd == "kernels":
-            from .registry import VARIANTS
-
-            for v in VARIANTS:
-                print(f"{v.name:8s} {v.kind:7s} {', '.join(c.name for c in v.configs)}  - {v.description}")
-            return 0
-        if args.cmd == "_run-stage":
-            from .runner import run_inline
-
-            run_inline(args.stage, args.pack, REPO, json.loads(args.options))
-            return 0
+        args = build_parser().parse_args(argv)
+        return dispatch(args)
     except PackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return 2
+    except BrokenPipeError:  # `... | head`: the reader left; exit quietly
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 141

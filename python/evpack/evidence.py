@@ -3,15 +3,17 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .derivation import derivation_session, derive_all, final_outcome
 from .envlock import collect_env, python_pin_warning
 from .gitinfo import git_info
+from .jsonio import read_json, write_json
+from .model import PASS
 from .pack import (
-    INCOMPLETE_PREFIX,
     PackError,
-    derive_all,
     ensure_writable,
     finalize,
     list_packs,
@@ -19,15 +21,22 @@ from .pack import (
     outcome_file,
     pack_json,
     previous_same_commit,
+    reserve_pack_folder,
     write_index,
 )
-from .report import write_reports
-from .runner import final_outcome, record_skip, run_stage
-from .stages.base import PASS, read_json, write_json
+from .runner import record_skip, run_stage
 from .stages.order import DEPENDS_ON, STAGE_ORDER, stage_module, with_dependencies
 from .toolchain import toolchain
 
 log = logging.getLogger("evpack")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    pack: Path
+    label: str
+    labels: tuple[str, ...]
+    has_gpu: bool
 
 
 def previous_with_bench(packs_root: Path) -> Path | None:
@@ -51,8 +60,25 @@ def gpu_available() -> tuple[bool, str]:
     return True, ""
 
 
+def _skip_reason(name: str, mod, to_run: list[str], outcomes: dict, has_gpu: bool, no_gpu_reason: str) -> str | None:
+    if name not in to_run:
+        return "not selected for this run"
+    blocked = [d for d in DEPENDS_ON[name] if d in outcomes and outcomes[d].status != PASS and name != "canaries"]
+    if blocked:
+        return "needs " + ", ".join(f"{d} ({outcomes[d].status})" for d in blocked)
+    if mod.NEEDS_GPU and not has_gpu:
+        return no_gpu_reason
+    return None
+
+
 def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, options: dict,
-                 progress=print) -> Path:
+                 requirement: str | None = None, stages: str | None = None,
+                 gpu: tuple[bool, str] | None = None, after_index=None) -> RunResult:
+    """Run the stages, write the pack atomically, return where it is and what it decided.
+
+    `stages` names a stand-in stage package (tests); `gpu` overrides the CUDA probe (tests);
+    `after_index(tmp_dir)` runs once index.json is written and before the rename (provenance).
+    """
     ensure_writable(packs_root)
     to_run = with_dependencies(selected) if selected else list(STAGE_ORDER)
     if "bench" in to_run and not options.get("previous_pack"):
@@ -61,46 +87,42 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
             options = dict(options, previous_pack=str(prev_bench))
     git = git_info(repo)
     created = datetime.now(timezone.utc)
-    pack_id = new_pack_id(git.commit, git.dirty, created)
-    if (packs_root / pack_id).exists():
-        raise PackError(f"pack {packs_root / pack_id} already exists; refusing to overwrite it")
-    tmp = packs_root / f"{INCOMPLETE_PREFIX}{pack_id}"
-    tmp.mkdir()
+    pack_id, tmp = reserve_pack_folder(packs_root, new_pack_id(git.commit, git.dirty, created))
     warnings = []
     pin = python_pin_warning()
     if pin:
         warnings.append(pin)
-        progress(f"WARNING: {pin}")
-    progress(f"evidence pack {pack_id} (writing into {tmp})")
+        log.warning("WARNING: %s", pin)
+    log.info("evidence pack %s (writing into %s)", pack_id, tmp)
     env = collect_env(repo)
     write_json(tmp / "env.json", env)
-    has_gpu, no_gpu_reason = gpu_available()
-    progress(f"GPU: {'yes, ' + str(env.get('gpu_name')) if has_gpu else no_gpu_reason}")
+    has_gpu, no_gpu_reason = gpu if gpu is not None else gpu_available()
+    log.info("GPU: %s", f"yes, {env.get('gpu_name')}" if has_gpu else no_gpu_reason)
     t_all = time.monotonic()
     durations: dict[str, float] = {}
     outcomes = {}
+    n = len(STAGE_ORDER)
     for i, name in enumerate(STAGE_ORDER, 1):
-        mod = stage_module(name)
+        mod = stage_module(name, stages)
         stage_dir = tmp / name
         t0 = time.monotonic()
-        blocked = [d for d in DEPENDS_ON[name] if d in outcomes and outcomes[d].status != PASS
-                   and name != "canaries"]
-        if name not in to_run:
-            record_skip(stage_dir, name, "not selected for this run")
-        elif blocked:
-            record_skip(stage_dir, name, "needs " + ", ".join(f"{d} ({outcomes[d].status})" for d in blocked))
-        elif mod.NEEDS_GPU and not has_gpu:
-            record_skip(stage_dir, name, no_gpu_reason)
+        why_skip = _skip_reason(name, mod, to_run, outcomes, has_gpu, no_gpu_reason)
+        if why_skip:
+            record_skip(stage_dir, name, why_skip)
         else:
-            progress(f"[{i}/{len(STAGE_ORDER)}] {name}: running"
-                     + (f" (own process, timeout {mod.TIMEOUT_S} s)" if mod.NEEDS_GPU else ""))
-            run_stage(name, tmp, repo, options, isolate=mod.NEEDS_GPU, timeout_s=mod.TIMEOUT_S)
-        outcomes[name] = final_outcome(name, tmp)
+            log.info("[%d/%d] %s: running%s (%.0f s since start)", i, n, name,
+                     f" (own process, timeout {mod.TIMEOUT_S} s)" if mod.NEEDS_GPU else "",
+                     time.monotonic() - t_all)
+            run_stage(name, tmp, repo, options, isolate=mod.NEEDS_GPU, timeout_s=mod.TIMEOUT_S, stages=stages)
+        with derivation_session():
+            outcomes[name] = final_outcome(name, tmp, stages=stages)
         outcome_file(stage_dir, outcomes[name])
         durations[name] = round(time.monotonic() - t0, 3)
-        progress(f"[{i}/{len(STAGE_ORDER)}] {name}: {outcomes[name].status} ({durations[name]:.1f} s) "
-                 f"- {outcomes[name].reason}")
-    derived = derive_all(tmp, STAGE_ORDER)
+        log.info("[%d/%d] %s: %s (%.1f s) - %s", i, n, name, outcomes[name].status, durations[name],
+                 outcomes[name].reason)
+    requirement = requirement or ("complete" if has_gpu else "partial")
+    log.info("deriving gates and labels from the pack's files")
+    derived = derive_all(tmp, STAGE_ORDER, stages=stages)
     prev = previous_same_commit(packs_root, git.commit, exclude=pack_id)
     zero_delta = None
     if prev is not None:
@@ -110,13 +132,25 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
     pj = pack_json(pack_id=pack_id, created=created.strftime("%Y-%m-%dT%H:%M:%SZ"), git=git,
                    toolchain=toolchain(), warnings=warnings, options=options, derived=derived,
                    durations=durations, total_s=round(time.monotonic() - t_all, 3), env=env,
-                   zero_delta=zero_delta)
+                   zero_delta=zero_delta, requirement=requirement)
     write_json(tmp / "pack.json", pj)
-    write_reports(tmp)
+    log.info("rendering report.md, report.html and comment.md")
+    _write_reports(tmp)
     write_index(tmp)
+    if after_index is not None:
+        after_index(tmp)
     final = finalize(tmp, packs_root, pack_id)
     if zero_delta and zero_delta["same"]:
-        progress(f"zero-delta: content equals pack {prev.name} of the same commit (timestamps excluded)")
-    progress(f"label: {derived.label}  ({', '.join(derived.labels)})")
-    progress(f"pack: {final}")
-    return final
+        log.info("zero-delta: content equals pack %s of the same commit (timestamps excluded)", prev.name)
+    log.info("label: %s  (%s)", derived.label, ", ".join(derived.labels))
+    log.info("pack: %s", final)
+    return RunResult(final, derived.label, tuple(derived.labels), has_gpu)
+
+
+def _write_reports(pack_dir: Path) -> None:
+    from .report import write_reports  # the renderers load only when a report is written
+
+    try:
+        write_reports(pack_dir)
+    except Exception as exc:  # a renderer bug must not lose the evidence: the pack says so
+        raise PackError(f"report rendering failed: {type(exc).__name__}: {exc}") from exc

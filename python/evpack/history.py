@@ -8,10 +8,8 @@ this module never re-derives results, `verify` does that.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -186,38 +184,3 @@ def plot(rows: list[PackRow], path: Path) -> int:
     fig.savefig(tmp, format="png", dpi=120)
     tmp.replace(path)
     return points
-
-
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m evpack history",
-                                 description="List the packs under artifacts/ and the speedup trend.")
-    ap.add_argument("--artifacts", type=Path, default=REPO / "artifacts",
-                    help="folder holding packs/ and reference/ (default: the repository's artifacts/)")
-    ap.add_argument("--format", choices=("text", "json"), default="text")
-    ap.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write the trend as a PNG")
-    return ap
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if not args.artifacts.is_dir():
-        print(f"history: no artifacts folder at {args.artifacts}", file=sys.stderr)
-        return 2
-    rows = collect(args.artifacts)
-    if args.format == "json":
-        print(to_json(rows))
-    elif rows:
-        print(format_table(rows))
-    else:
-        print(f"history: no packs under {args.artifacts / 'packs'} or {args.artifacts / 'reference'}")
-    for r in rows:
-        if r.error:
-            print(f"history: {r.pack_id}: {r.error}", file=sys.stderr)
-    if args.plot is not None:
-        n = plot(rows, args.plot)
-        print(f"history: wrote {args.plot} ({n} point{'s' if n != 1 else ''})", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

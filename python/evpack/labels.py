@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+import shlex
 
-from .stages.base import ERROR, FAIL, PASS, SKIPPED
+from .model import ERROR, FAIL, PASS, SKIPPED, LabelDecision
 
 COMPLETE, PARTIAL, FAILED = "evidence:complete", "evidence:partial", "evidence:failed"
 MAIN_LABELS = (COMPLETE, PARTIAL, FAILED)
@@ -31,7 +31,7 @@ def main_label(gate_status: dict[str, str]) -> str:
     return COMPLETE
 
 
-def decide(gate_status: dict[str, str], perf_regression: bool = False) -> tuple[str, list[str]]:
+def decide(gate_status: dict[str, str], perf_regression: bool = False) -> LabelDecision:
     label = main_label(gate_status)
     labels = [label]
     for name, needs in FINER.items():
@@ -39,7 +39,7 @@ def decide(gate_status: dict[str, str], perf_regression: bool = False) -> tuple[
             labels.append(name)
     if perf_regression:
         labels.append(PERF_REGRESSION)
-    return label, labels
+    return LabelDecision(label, tuple(labels))
 
 
 def gh_args(labels: list[str]) -> list[str]:
@@ -61,8 +61,6 @@ def format_labels(pack: dict, fmt: str) -> str:
         return json.dumps({"pack_id": pack["pack_id"], "label": label, "labels": labels,
                            "gates": {g: v["status"] for g, v in pack["gates"].items()}}, indent=2)
     if fmt == "gh-args":
-        import shlex
-
         return " ".join(shlex.quote(a) for a in gh_args(labels))
     if fmt == "github":
         lines = [f"label={label}", f"labels={','.join(labels)}"]
@@ -79,12 +77,3 @@ def format_labels(pack: dict, fmt: str) -> str:
                     f.write(f"| {g} | {v['status']} | {v['reason']} |\n")
         return "\n".join(lines)
     raise ValueError(f"--format must be one of text, json, github, gh-args; got {fmt!r}")
-
-
-def load_pack_json(pack_dir: Path) -> dict:
-    from .pack import PackError, load_pack_file
-
-    pj = load_pack_file(pack_dir, "pack.json")
-    if not isinstance(pj, dict) or not {"pack_id", "label", "labels", "gates"} <= set(pj):
-        raise PackError(f"{pack_dir}: pack.json lacks pack_id/label/labels/gates")
-    return pj

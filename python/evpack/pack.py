@@ -1,26 +1,22 @@
 """Assembling a pack: ids, the temporary folder, pack.json, index.json, atomic rename, `latest`."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import sys
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import PACK_SCHEMA_VERSION, __version__
+from . import __version__
 from .binary import sha256_file
-from .gates import GATE_ORDER, derive_gates
-from .labels import decide
-from .runner import final_outcome
-from .stages.base import StageOutcome, read_json, write_json
+from .derivation import Derived
+from .jsonio import read_json, write_json
+from .model import SCHEMA_VERSION, UNINDEXED_FILES, StageOutcome
 from .stages.order import STAGE_ORDER
 
 INCOMPLETE_PREFIX = ".incomplete-"
-PACK_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-z]{5,12}(-dirty)?$")
-_TIMEY = re.compile(r"(time|duration|elapsed|utc|date|_s$|_ms$|_us$)")
+PACK_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-z]{5,12}(-dirty)?(-\d+)?$")
 
 
 class PackError(Exception):
@@ -35,7 +31,7 @@ def load_pack_file(pack_dir: Path, name: str) -> dict:
         return read_json(pack_dir / name)
     except FileNotFoundError:
         raise PackError(f"{pack_dir}: no {name}: not a finished pack") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         raise PackError(f"{pack_dir}: {name} is corrupt: {exc}") from None
 
 
@@ -43,6 +39,44 @@ def new_pack_id(commit: str | None, dirty: bool | None, now: datetime | None = N
     now = now or datetime.now(timezone.utc)
     sha = (commit or "nogit")[:12]
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{sha}{'-dirty' if dirty else ''}"
+
+
+def reserve_pack_folder(root: Path, pack_id: str) -> tuple[str, Path]:
+    """Create the run's `.incomplete-<id>` folder atomically. Two runs started in the same second
+    get distinct ids: the second takes the suffix -2, the third -3, ..."""
+    for n in range(1, 1000):
+        pid = pack_id if n == 1 else f"{pack_id}-{n}"
+        if (root / pid).exists():
+            continue
+        tmp = root / f"{INCOMPLETE_PREFIX}{pid}"
+        try:
+            tmp.mkdir()
+        except FileExistsError:
+            continue
+        return pid, tmp
+    raise PackError(f"{root}: no free pack id for {pack_id}")
+
+
+def is_pack_folder(path: Path) -> bool:
+    """A finished pack, an interrupted run's folder, or anything that holds a pack's own files."""
+    return path.name.startswith(INCOMPLETE_PREFIX) or any((path / f).exists() for f in ("pack.json", "index.json"))
+
+
+def inside_pack(path: Path) -> Path | None:
+    """The pack folder that `path` is, or lies in, if any (resolved)."""
+    path = path.resolve()
+    for p in (path, *path.parents):
+        if p.is_dir() and is_pack_folder(p):
+            return p
+    return None
+
+
+def load_pack_record(pack_dir: Path) -> dict:
+    """pack.json of a pack, with the fields a label needs, or PackError."""
+    pj = load_pack_file(pack_dir, "pack.json")
+    if not isinstance(pj, dict) or not {"pack_id", "label", "labels", "gates"} <= set(pj):
+        raise PackError(f"{pack_dir}: pack.json lacks pack_id/label/labels/gates")
+    return pj
 
 
 def ensure_writable(root: Path) -> None:
@@ -54,21 +88,6 @@ def ensure_writable(root: Path) -> None:
         raise PackError(f"output folder {root} is not a directory")
     if not os.access(root, os.W_OK | os.X_OK):
         raise PackError(f"output folder {root} is not writable")
-
-
-def _strip_times(obj):
-    if isinstance(obj, dict):
-        return {k: _strip_times(v) for k, v in obj.items() if not _TIMEY.search(str(k))}
-    if isinstance(obj, list):
-        return [_strip_times(v) for v in obj]
-    return obj
-
-
-def content_digest(stages: dict[str, StageOutcome], gates: dict[str, StageOutcome], label: str) -> str:
-    """Digest of what the pack says, timestamps and durations excluded (for zero-delta detection)."""
-    body = {"stages": {k: _strip_times(v.to_json()) for k, v in stages.items()},
-            "gates": {k: [v.status, v.reason] for k, v in gates.items()}, "label": label}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def list_packs(root: Path) -> list[Path]:
@@ -85,39 +104,18 @@ def previous_same_commit(root: Path, commit: str | None, exclude: str) -> Path |
             continue
         try:
             pj = read_json(p / "pack.json")
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError):
             continue
         if commit and pj.get("git", {}).get("commit") == commit:
             return p
     return None
 
 
-@dataclass(frozen=True)
-class Derived:
-    stages: dict[str, StageOutcome]
-    gates: dict[str, StageOutcome]
-    label: str
-    labels: list[str]
-    digest: str
-
-
-def derive_all(pack_dir: Path, stage_names) -> Derived:
-    stages = {name: final_outcome(name, pack_dir) for name in stage_names}
-    gates = derive_gates(stages, pack_dir)
-    bench = stages.get("bench")
-    regression = bool(bench and bench.data.get("regressions"))
-    label, labels = decide({g: gates[g].status for g in GATE_ORDER}, perf_regression=regression)
-    return Derived(stages, gates, label, labels, content_digest(stages, gates, label))
-
-
 def pack_json(*, pack_id: str, created: str, git, toolchain: dict, warnings: list[str], options: dict,
               derived: Derived, durations: dict[str, float], total_s: float, env: dict,
-              zero_delta: dict | None) -> dict:
-    build_bin = derived.stages.get("build")
-    so_sha = build_bin.data.get("so_sha256") if build_bin else None
-    bench = derived.stages.get("bench")
+              zero_delta: dict | None, requirement: str | None = None) -> dict:
     return {
-        "schema_version": PACK_SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION,
         "pack_id": pack_id,
         "created_utc": created,
         "tool_version": __version__,
@@ -128,12 +126,12 @@ def pack_json(*, pack_id: str, created: str, git, toolchain: dict, warnings: lis
         "options": options,
         "stages": {n: {"status": o.status, "reason": o.reason, "duration_s": durations.get(n)}
                    for n, o in derived.stages.items()},
-        "gates": {g: {"status": o.status, "reason": o.reason} for g, o in derived.gates.items()},
+        "gates": {g: r.to_json() for g, r in derived.gates.items()},
         "label": derived.label,
         "labels": derived.labels,
-        "so_sha256": so_sha,
-        "summary": {"gpu_name": env.get("gpu_name"),
-                    "canonical_speedup": bench.data.get("canonical_speedup") if bench else None},
+        "requirement": requirement,
+        "so_sha256": derived.facts.so_sha256,
+        "summary": {"gpu_name": env.get("gpu_name"), "canonical_speedup": derived.facts.canonical_speedup},
         "timings": {"total_s": total_s, "stages_s": durations},
         "content_digest": derived.digest,
         "zero_delta": zero_delta,
@@ -142,11 +140,16 @@ def pack_json(*, pack_id: str, created: str, git, toolchain: dict, warnings: lis
 
 
 def write_index(pack_dir: Path) -> dict:
+    """index.json: the SHA-256 of every file but those written after it. A pack holds regular files
+    only: a symlink or a special file is refused here, before the pack is finished."""
     files = {}
     for p in sorted(pack_dir.rglob("*")):
-        if p.is_file() and p.name != "index.json":
-            files[p.relative_to(pack_dir).as_posix()] = sha256_file(p)
-    index = {"schema_version": PACK_SCHEMA_VERSION, "algorithm": "sha256", "files": files}
+        rel = p.relative_to(pack_dir).as_posix()
+        if p.is_symlink() or not (p.is_file() or p.is_dir()):
+            raise PackError(f"{rel}: a pack holds regular files only (symlink or special file)")
+        if p.is_file() and rel not in UNINDEXED_FILES:
+            files[rel] = sha256_file(p)
+    index = {"schema_version": SCHEMA_VERSION, "algorithm": "sha256", "files": files}
     write_json(pack_dir / "index.json", index)
     return index
 
@@ -165,6 +168,7 @@ def finalize(tmp_dir: Path, root: Path, pack_id: str) -> Path:
 
 
 def outcome_file(stage_dir: Path, outcome: StageOutcome) -> None:
+    """<stage>/outcome.json: the stage's checked outcome (what the reports show)."""
     write_json(stage_dir / "outcome.json", outcome.to_json())
 
 

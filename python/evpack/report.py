@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from .gates import STAGE_GATES
-from .runner import final_outcome
+from .model import StageOutcome
 from .stages.base import read_json, write_text
 from .stages.order import STAGE_ORDER, stage_module
 
@@ -54,7 +54,7 @@ def render_md(pack_dir: Path) -> str:
         mod = stage_module(s)
         if not hasattr(mod, "report_md"):
             continue
-        outcome = final_outcome(s, pack_dir)
+        outcome = StageOutcome.from_json(read_json(pack_dir / s / "outcome.json"))  # the checked outcome
         if outcome.status == "skipped":
             continue
         try:

@@ -1,26 +1,30 @@
 """Running one stage under the stage contract.
 
-GPU stages run in their own process (`python -m evpack _run-stage`) with a
-timeout, so a crash, an illegal address or a hang becomes `error` with its log
-kept. How a stage ran is recorded in `<stage>/runner.json`; `final_outcome`
-combines that record with the stage's pure `derive()` and is what both
-`evidence` and `verify` call.
+GPU stages run in their own process (`python -m evpack _run-stage`) with a timeout, so a crash,
+an illegal address or a hang becomes `error` with its log kept. While such a process runs, its
+log is followed and shown line by line (and a heartbeat every HEARTBEAT_S of silence), so a
+person watching the terminal sees the stage move. How a stage ran is recorded in
+`<stage>/runner.json`; `derivation.final_outcome` combines that record with the stage's derive().
 """
 from __future__ import annotations
 
 import json
+import logging
 import sys
+import threading
 import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .stages.base import ERROR, SKIPPED, StageContext, StageOutcome, read_json, write_json
+from .derivation import LOG_FILE, RUNNER_FILE
+from .jsonio import write_json
+from .stages.base import StageContext
 from .stages.order import stage_module
-from .stages.procs import last_line, run_isolated
+from .stages.procs import run_isolated
 
-RUNNER_FILE = "runner.json"
-LOG_FILE = "stage.log"
+log = logging.getLogger("evpack")
+HEARTBEAT_S = 20.0
 
 
 def _now() -> str:
@@ -34,59 +38,80 @@ def record_skip(stage_dir: Path, stage: str, reason: str) -> None:
                                          "skipped": reason, "exception": None})
 
 
-def run_stage(name: str, pack_dir: Path, repo: Path, options: dict, *, isolate: bool, timeout_s: int) -> None:
+class _Follower(threading.Thread):
+    """Shows a growing log file on the terminal (via logging) until stopped; a heartbeat line when
+    nothing new arrived for HEARTBEAT_S."""
+
+    def __init__(self, path: Path | None, stage: str) -> None:
+        super().__init__(daemon=True)
+        self.path, self.stage, self.stop = path, stage, threading.Event()
+
+    def run(self) -> None:
+        t0 = last_news = time.monotonic()
+        pos, partial = 0, b""
+        while not self.stop.wait(0.5):
+            chunk = b""
+            if self.path is not None:
+                try:
+                    with open(self.path, "rb") as f:
+                        f.seek(pos)
+                        chunk = f.read()
+                except FileNotFoundError:
+                    pass
+            if chunk:
+                pos += len(chunk)
+                *lines, partial = (partial + chunk).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        log.info("  %s | %s", self.stage, line.decode("utf-8", "replace").rstrip()[:300])
+                        last_news = time.monotonic()
+            if time.monotonic() - last_news >= HEARTBEAT_S:
+                log.info("  %s | still running, %.0f s elapsed", self.stage, time.monotonic() - t0)
+                last_news = time.monotonic()
+
+
+def run_stage(name: str, pack_dir: Path, repo: Path, options: dict, *, isolate: bool, timeout_s: int,
+              stages: str | None = None) -> None:
     """Run one stage; never raises for stage failures (they are recorded)."""
     stage_dir = pack_dir / name
     stage_dir.mkdir(parents=True, exist_ok=True)
     rec = {"stage": name, "started_utc": _now(), "duration_s": None, "mode": "process" if isolate else "inline",
            "returncode": None, "timed_out": False, "skipped": None, "exception": None}
     t0 = time.monotonic()
-    if isolate:
-        cmd = [sys.executable, "-m", "evpack", "_run-stage", name, "--pack", str(pack_dir),
-               "--options", json.dumps(options)]
-        run = run_isolated(cmd, stage_dir / LOG_FILE, repo=repo, timeout_s=timeout_s, grace_s=10, append=True)
-        rec["returncode"], rec["timed_out"] = run["returncode"], run["timed_out"]
-    else:
-        try:
-            run_inline(name, pack_dir, repo, options)
-            rec["returncode"] = 0
-        except Exception as exc:  # the stage broke: recorded, never fatal to the pack
-            rec["returncode"] = 1
-            rec["exception"] = f"{type(exc).__name__}: {exc}"
-            with open(stage_dir / LOG_FILE, "a", encoding="utf-8") as log:
-                log.write(traceback.format_exc())
+    # isolated: show the process's log as it grows; inline: the stage logs itself, add a heartbeat
+    follower = _Follower(stage_dir / LOG_FILE if isolate else None, name)
+    follower.start()
+    try:
+        _run(name, pack_dir, repo, options, rec, isolate=isolate, timeout_s=timeout_s, stages=stages)
+    finally:
+        follower.stop.set()
+        follower.join()
     rec["duration_s"] = round(time.monotonic() - t0, 3)
     write_json(stage_dir / RUNNER_FILE, rec)
 
 
-def run_inline(name: str, pack_dir: Path, repo: Path, options: dict) -> None:
-    mod = stage_module(name)
+def _run(name: str, pack_dir: Path, repo: Path, options: dict, rec: dict, *, isolate: bool, timeout_s: int,
+         stages: str | None) -> None:
+    stage_dir = pack_dir / name
+    if isolate:
+        cmd = [sys.executable, "-m", "evpack", "_run-stage", name, "--pack", str(pack_dir),
+               "--options", json.dumps(options)]
+        if stages:
+            cmd += ["--stage-package", stages]
+        run = run_isolated(cmd, stage_dir / LOG_FILE, repo=repo, timeout_s=timeout_s, grace_s=10, append=True)
+        rec["returncode"], rec["timed_out"] = run["returncode"], run["timed_out"]
+    else:
+        try:
+            run_inline(name, pack_dir, repo, options, stages=stages)
+            rec["returncode"] = 0
+        except Exception as exc:  # the stage broke: recorded, never fatal to the pack
+            rec["returncode"] = 1
+            rec["exception"] = f"{type(exc).__name__}: {exc}"
+            with open(stage_dir / LOG_FILE, "a", encoding="utf-8") as f:
+                f.write(traceback.format_exc())
+
+
+def run_inline(name: str, pack_dir: Path, repo: Path, options: dict, *, stages: str | None = None) -> None:
+    mod = stage_module(name, stages)
     ctx = StageContext(pack_dir=pack_dir, dir=pack_dir / name, repo=repo, options=options)
     mod.run(ctx)
-
-
-def _log_tail(stage_dir: Path) -> str:
-    return last_line(stage_dir / LOG_FILE)
-
-
-def final_outcome(name: str, pack_dir: Path) -> StageOutcome:
-    """Status of a stage from the files in the pack alone (used by evidence and verify)."""
-    stage_dir = pack_dir / name
-    try:
-        rec = read_json(stage_dir / RUNNER_FILE)
-    except FileNotFoundError:
-        return StageOutcome(ERROR, f"{name}: no {RUNNER_FILE}: the stage never ran to completion")
-    except (json.JSONDecodeError, OSError) as exc:
-        return StageOutcome(ERROR, f"{name}: unreadable {RUNNER_FILE}: {exc}")
-    if rec.get("skipped"):
-        return StageOutcome(SKIPPED, rec["skipped"])
-    if rec.get("timed_out"):
-        return StageOutcome(ERROR, f"timed out after {rec.get('duration_s')} s; log kept in {name}/{LOG_FILE}: "
-                                   f"{_log_tail(stage_dir)}")
-    if rec.get("returncode") != 0:
-        what = rec.get("exception") or f"stage process exited with code {rec.get('returncode')}"
-        return StageOutcome(ERROR, f"{what}; log kept in {name}/{LOG_FILE}: {_log_tail(stage_dir)}")
-    try:
-        return stage_module(name).derive(stage_dir, pack_dir)
-    except Exception as exc:
-        return StageOutcome(ERROR, f"could not derive {name} from its files: {type(exc).__name__}: {exc}")

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 K = 2.0
@@ -153,28 +152,3 @@ def render(diff: dict, only_changed: bool = False, markdown: bool = True) -> str
         widths = [max(len(str(x)) for x in col) for col in zip(head, *lines, strict=True)]
         out = ["  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)) for row in [head, *lines]]
     return "\n".join(out + ["", foot])
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI: compare PACK_A PACK_B [--all] -> prints the table; exit 0 / 1 (regression) / 2 (bad input)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    show_all = "--all" in argv
-    paths = [a for a in argv if a != "--all"]
-    if len(paths) != 2:
-        print("usage: python -m evpack compare PACK_A PACK_B [--all]", file=sys.stderr)
-        return 2
-    try:
-        a, b = load(Path(paths[0])), load(Path(paths[1]))
-    except CompareInputError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    diff = compare_rows(a["rows"], b["rows"])
-    print(render(diff, only_changed=not show_all, markdown=False))
-    regs = regressions(diff)
-    if regs:
-        print(f"REGRESSION: {len(regs)} row(s) of our variants slower beyond noise", file=sys.stderr)
-    return exit_code(diff)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

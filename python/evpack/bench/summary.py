@@ -177,6 +177,26 @@ def write_samples(path: Path, rows: list[dict], samples: dict[str, list[float]])
     tmp.replace(path)
 
 
+def _sample_fields(lines: list[str], columns: list[str]):
+    """(key, sample, time_us) per data line. The file as written (SAMPLE_COLUMNS in order, sample and
+    time_us last) takes a split from the right; any other layout goes through the csv module."""
+    if tuple(columns) == SAMPLE_COLUMNS and SAMPLE_COLUMNS[-2:] == ("sample", "time_us"):
+        for line in lines:
+            head, sample, t = line.rsplit(",", 2)
+            if head.startswith('"'):
+                end = head.index('"', 1)
+                if head[end + 1:end + 2] not in (",", ""):
+                    raise ValueError(f"malformed key field in {line[:80]!r}")
+                key = head[1:end]
+            else:
+                key = head.split(",", 1)[0]
+            yield key, int(sample), float(t)
+        return
+    i_key, i_sample, i_time = columns.index("key"), columns.index("sample"), columns.index("time_us")
+    for r in csv.reader(lines):
+        yield r[i_key], int(r[i_sample]), float(r[i_time])
+
+
 def read_samples(path: Path) -> dict[str, list[float]]:
     """{key: times in sample order}; raises ValueError on a malformed file.
 
@@ -188,25 +208,25 @@ def read_samples(path: Path) -> dict[str, list[float]]:
     import zlib
 
     try:
-        with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
-            reader = csv.DictReader(f)
-            columns = reader.fieldnames or []
-            rows = list(reader)
-    except (OSError, EOFError, UnicodeDecodeError, csv.Error, zlib.error) as exc:
+        with gzip.open(path, "rb") as f:
+            lines = f.read().decode("utf-8").splitlines()
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
         raise ValueError(f"{path.name}: {exc}") from None
-    if not columns:
+    if not lines:
         raise ValueError(f"{path.name}: no header")
+    try:
+        columns = next(csv.reader(lines[:1]))
+    except csv.Error as exc:
+        raise ValueError(f"{path.name}: {exc}") from None
     missing = [c for c in SAMPLE_COLUMNS if c not in columns]
     if missing:
         raise ValueError(f"{path.name}: missing columns {missing}")
-    try:
-        times = [float(r["time_us"]) for r in rows]
-        order = [int(r["sample"]) for r in rows]
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"{path.name}: {exc}") from None
-    if any(not (t > 0 and t < float("inf")) for t in times):
-        raise ValueError(f"{path.name}: time_us must be positive finite numbers")
     out: dict[str, list[tuple[int, float]]] = {}
-    for key, i, t in zip((r["key"] for r in rows), order, times, strict=True):
-        out.setdefault(key, []).append((i, t))
+    try:
+        for key, i, t in _sample_fields(lines[1:], columns):
+            if not (t > 0 and t < float("inf")):
+                raise ValueError("time_us must be positive finite numbers")
+            out.setdefault(key, []).append((i, t))
+    except (ValueError, TypeError, IndexError, csv.Error) as exc:
+        raise ValueError(f"{path.name}: {exc}") from None
     return {k: [t for _, t in sorted(v)] for k, v in out.items()}

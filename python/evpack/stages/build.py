@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..binary import find_built, sha256_file
-from ..stages.base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, write_json
+from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, progress, read_json, write_json
 
 NAME = "build"
 NEEDS_GPU = False
@@ -49,7 +49,7 @@ def run(ctx: StageContext) -> None:
             log.write(line)
             m = progress.match(line)
             if m:
-                print(f"  build [{m.group(1)}/{m.group(2)}] {time.monotonic() - t0:6.1f} s", flush=True)
+                progress(f"build [{m.group(1)}/{m.group(2)}] {time.monotonic() - t0:6.1f} s")
         rc = proc.wait()
     result = {"command": cmd, "returncode": rc, "elapsed_s": round(time.monotonic() - t0, 2),
               "env": {k: env.get(k) for k in ("EVPACK_CUDA_ARCHS", "EVPACK_NVCC_FLAGS", "EVPACK_VARIANTS",
@@ -81,16 +81,8 @@ def _copy_ptxas_logs(repo: Path, dest: Path) -> None:
 
 def _write_kernel_table(ctx: StageContext) -> None:
     """Ask each built extension which kernels it registered (works on CPU torch: nothing is launched)."""
-    code = ("import json, importlib; rows = []\n"
-            "for m in ('evpack._C', 'evpack._canaries'):\n"
-            "    try: mod = importlib.import_module(m)\n"
-            "    except ImportError: continue\n"
-            "    for k in mod.kernels(): rows.append(dict(zip(('variant','config','dtype','head_dim',"
-            "'dynamic_smem_bytes','threads'), k), module=m))\n"
-            "print(json.dumps(rows))")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ctx.repo / "python"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "evpack.kernel_table"], capture_output=True, text=True,
+                         timeout=300, cwd=ctx.repo)
     (ctx.dir / "kernels.log").write_text(out.stdout + out.stderr, encoding="utf-8")
     if out.returncode == 0:
         write_json(ctx.dir / "kernels.json", json.loads(out.stdout.strip().splitlines()[-1]))

@@ -10,6 +10,7 @@ from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, read_json, w
 NAME = "canaries"
 NEEDS_GPU = False
 TIMEOUT_S = 60
+DERIVE_READS_STAGES = True  # derive() reads the outcomes of the stages that ran the canaries
 SOURCE_STAGE = {"memcheck": "sanitize", "racecheck": "sanitize", "initcheck": "sanitize",
                 "synccheck": "sanitize", "correctness": "correctness", "stability": "stability",
                 "tensor_proof": "tensor_proof"}
@@ -22,7 +23,7 @@ def run(ctx: StageContext) -> None:
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
-    from ..runner import final_outcome
+    from ..derivation import final_outcome
 
     # What was planted is read from the pack (written by run()), not from today's registry.
     expected = read_json(stage_dir / "expected.json")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib
-import os
 from types import ModuleType
 
 STAGE_ORDER = ("build", "ptxas", "sass", "tensor_proof", "sanitize", "correctness", "stability",
@@ -24,11 +23,15 @@ DEPENDS_ON = {
 GROUPS = {"oracles": ("correctness", "stability", "canaries")}
 
 
-def stage_module(name: str) -> ModuleType:
+DEFAULT_PACKAGE = "evpack.stages"
+
+
+def stage_module(name: str, package: str | None = None) -> ModuleType:
+    """The module of a stage. `package` (default evpack.stages) lets tests drive the real pipeline
+    with stand-in stages; it is a parameter of the library calls, never read from the environment."""
     if name not in STAGE_ORDER:
         raise ValueError(f"unknown stage {name!r} (known: {', '.join(STAGE_ORDER)})")
-    # EVPACK_STAGE_PACKAGE lets the tests drive the real pipeline with stand-in stages.
-    return importlib.import_module(f"{os.environ.get('EVPACK_STAGE_PACKAGE', 'evpack.stages')}.{name}")
+    return importlib.import_module(f"{package or DEFAULT_PACKAGE}.{name}")
 
 
 def with_dependencies(selected) -> list[str]:

@@ -1,18 +1,21 @@
 """One process per cell: the GPU stages' isolation unit (a crash or hang loses one cell, not the stage)."""
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .base import read_json, write_json
+from ..jsonio import read_json, write_json
 
 PROCS_FILE = "procs.json"
+log = logging.getLogger("evpack.stages")
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,6 @@ def run_isolated(cmd: list[str], log_path: Path, *, repo: Path, timeout_s: float
     Returns {"returncode", "timed_out", "duration_s"}. Shared by the stage runner and the per-cell jobs.
     """
     full_env = dict(os.environ)
-    full_env["PYTHONPATH"] = os.pathsep.join([str(repo / "python"), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     full_env["PYTHONUNBUFFERED"] = "1"
     full_env.update(env or {})
     t0 = time.monotonic()
@@ -74,14 +76,21 @@ def _run_one(job: Job, stage_dir: Path, repo: Path) -> dict:
             "duration_s": round(run["duration_s"], 2)}
 
 
-def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int = 1, progress=print) -> dict:
-    """Run jobs (in parallel up to `parallel`), record procs.json; returns {name: record}."""
+def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int = 1) -> dict:
+    """Run jobs (in parallel up to `parallel`), record procs.json; returns {name: record}.
+    Logs one progress line per finished cell: cells done of total, elapsed, an estimate of the rest."""
     records: dict[str, dict] = {}
+    t0, done, lock = time.monotonic(), [0], threading.Lock()
 
     def go(job: Job) -> tuple[str, dict]:
         rec = _run_one(job, stage_dir, repo)
         state = "timed out" if rec["timed_out"] else f"rc={rec['returncode']}"
-        progress(f"    {job.name}: {state} ({rec['duration_s']:.1f} s)", flush=True)
+        with lock:
+            done[0] += 1
+            elapsed = time.monotonic() - t0
+            left = elapsed / done[0] * (len(jobs) - done[0])
+            log.info("    [%d/%d] %s: %s (%.1f s); %.0f s elapsed, ~%.0f s left", done[0], len(jobs), job.name,
+                     state, rec["duration_s"], elapsed, left)
         return job.name, rec
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
