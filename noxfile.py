@@ -1,8 +1,10 @@
 """Thin sessions: each installs what it needs, then calls `python -m evpack <command>`.
 
-GPU sessions reuse the interpreter that runs nox when it already has torch (the
-GPU machine: nothing is reinstalled there); on a machine without torch they make
-a virtualenv with the CPU extras so the build-time stages still run for real.
+The package is installed (editable) into the session's interpreter; nothing edits the import
+path. GPU sessions reuse the interpreter that runs nox when it already has torch (the GPU
+machine: only the editable evpack is added, nothing is downloaded); on a machine without torch
+they use a virtualenv with the CPU extras, kept between runs (`reuse_venv`), so a rerun with
+nothing changed reinstalls nothing and ninja recompiles nothing.
 """
 from __future__ import annotations
 
@@ -17,42 +19,115 @@ import tomllib
 ROOT = Path(__file__).parent
 nox.options.default_venv_backend = "virtualenv"
 nox.options.sessions = ["evidence"]
+nox.options.reuse_venv = "yes"
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+TORCH_VENV = "none" if HAS_TORCH else None  # reuse the GPU machine's interpreter
 EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 
 
-def _evpack(session: nox.Session, *args: str, python: str = "python") -> None:
-    env = {"PYTHONPATH": str(ROOT / "python")}
-    session.run(python, "-m", "evpack", *args, *session.posargs, env=env, external=python != "python")
-
-
-def _torch_session(name: str, *cmd: str):
-    """A session that needs torch: the current interpreter if it has torch, else a CPU virtualenv."""
-
-    @nox.session(name=name, venv_backend="none" if HAS_TORCH else None, python=None)
-    def _session(session: nox.Session) -> None:
-        if HAS_TORCH:
-            _evpack(session, *cmd, python=sys.executable)
-        else:
-            _install(session, groups=("cpu",))
-            _evpack(session, *cmd)
-
-    _session.__doc__ = f"python -m evpack {' '.join(cmd)} [posargs]"
-    return _session
-
-
 def _install(session: nox.Session, *, groups: tuple[str, ...]) -> None:
-    """Install the pyproject extras named in groups (one source of truth for dependencies)."""
+    """The pyproject extras named in groups (one source of truth), then evpack itself, editable."""
+    if session.venv_backend == "none":
+        # the interpreter that runs nox (torch and CUDA already there): add evpack, nothing else
+        session.run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "-e", str(ROOT), external=True)
+        return
     session.install(*[d for g in groups for d in EXTRAS[g]])
+    session.install("--no-deps", "--no-build-isolation", "-e", str(ROOT))
 
 
-for _name, _cmd in {
-    "evidence": ("evidence",), "build": ("build",), "ptxas": ("ptxas",), "sass": ("sass",),
-    "tensor_proof": ("tensor_proof",), "sanitize": ("sanitize",), "oracles": ("oracles",),
-    "bench": ("bench",), "env": ("env",), "report": ("report",), "verify": ("verify",),
-    "label": ("label",), "compare": ("compare",), "history": ("history",),
-}.items():
-    globals()[f"session_{_name}"] = _torch_session(_name, *_cmd)
+def _evpack(session: nox.Session, *args: str) -> None:
+    python = sys.executable if session.venv_backend == "none" else "python"
+    session.run(python, "-m", "evpack", *args, *session.posargs, external=python != "python")
+
+
+def _torch_command(session: nox.Session, *args: str) -> None:
+    _install(session, groups=("cpu",))
+    _evpack(session, *args)
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
+def evidence(session: nox.Session) -> None:
+    """python -m evpack evidence [posargs]: every stage, the reports, verify."""
+    _torch_command(session, "evidence")
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
+def build(session: nox.Session) -> None:
+    """python -m evpack build [posargs]"""
+    _torch_command(session, "build")
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
+def ptxas(session: nox.Session) -> None:
+    """python -m evpack ptxas [posargs]"""
+    _torch_command(session, "ptxas")
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
+def sass(session: nox.Session) -> None:
+    """python -m evpack sass [posargs]"""
+    _torch_command(session, "sass")
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
+def tensor_proof(session: nox.Session) -> None:
+    """python -m evpack tensor_proof [posargs]"""
+    _torch_command(session, "tensor_proof")
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
+def sanitize(session: nox.Session) -> None:
+    """python -m evpack sanitize [posargs]"""
+    _torch_command(session, "sanitize")
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
+def oracles(session: nox.Session) -> None:
+    """python -m evpack oracles [posargs]: correctness, stability, canaries"""
+    _torch_command(session, "oracles")
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
+def bench(session: nox.Session) -> None:
+    """python -m evpack bench [posargs]"""
+    _torch_command(session, "bench")
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
+def env(session: nox.Session) -> None:
+    """python -m evpack env [posargs]"""
+    _torch_command(session, "env")
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
+def report(session: nox.Session) -> None:
+    """python -m evpack report [posargs]"""
+    _torch_command(session, "report")
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
+def verify(session: nox.Session) -> None:
+    """python -m evpack verify [posargs]"""
+    _torch_command(session, "verify")
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
+def label(session: nox.Session) -> None:
+    """python -m evpack label [posargs]"""
+    _torch_command(session, "label")
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
+def compare(session: nox.Session) -> None:
+    """python -m evpack compare [posargs]"""
+    _torch_command(session, "compare")
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
+def history(session: nox.Session) -> None:
+    """python -m evpack history [posargs]"""
+    _torch_command(session, "history")
 
 
 @nox.session
@@ -60,7 +135,7 @@ def tests(session: nox.Session) -> None:
     """CPU test suite (GPU tests are skipped with a reason where there is no CUDA device)."""
     _install(session, groups=("cpu", "test"))
     session.run("python", "-m", "pytest", *(session.posargs or ["tests"]),
-                env={"PYTHONPATH": str(ROOT / "python"), "MAX_JOBS": os.environ.get("MAX_JOBS", "2")})
+                env={"MAX_JOBS": os.environ.get("MAX_JOBS", "2")})
 
 
 @nox.session

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import os
 
-from conftest import REPO, copy_pack, fake_pack, run_cli, verify_fake
-
+from conftest import copy_pack, fake_pack, run_cli
 
 
 def _one_line_error(proc, needle):

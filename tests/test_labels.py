@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO, fake_pack, run_cli, verify_fake
+from conftest import fake_pack, run_cli
 
 from evpack.labels import ALL_LABELS, decide, gh_args, main_label
 

@@ -14,7 +14,6 @@ from conftest import REPO, copy_pack, fake_pack, run_cli, verify_fake
 
 from evpack.pack import PackError
 from evpack.stages.base import read_json
-from evpack.verify import verify_pack
 
 
 def _run(tmp_path, fake_env, plan, **kw) -> Path:

@@ -19,10 +19,12 @@ import stat
 from pathlib import Path
 
 from .binary import sha256_file
-from .derivation import RUNNER_FILE, decision_view, derive_all, view_differences
+from .derivation import LOG_FILE, RUNNER_FILE, decision_view, derive_all, view_differences
 from .jsonio import read_json
 from .model import (
+    FAIL,
     KNOWN_SCHEMAS,
+    PASS,
     REQUIRED_GATES,
     REQUIRED_ROOT_FILES,
     UNINDEXED_FILES,
@@ -94,23 +96,32 @@ def _load_pack_json(pack_dir: Path) -> tuple[dict | None, list[str]]:
     return pj, []
 
 
-def check_required_files(pack_dir: Path, schema: int, stage_names: list[str], stages: str | None) -> list[str]:
+def check_required_files(pack_dir: Path, schema: int, outcomes: dict[str, StageOutcome],
+                         stages: str | None) -> list[str]:
+    """The root files of the schema; for each stage that decided (pass or fail): its runner record,
+    its outcome, its declared raw files, the log of every cell it ran and, for a stage that ran in
+    its own process, that process's log."""
     problems = [f"missing file: {f} (every pack of schema {schema} holds it)"
                 for f in REQUIRED_ROOT_FILES[schema] if not (pack_dir / f).is_file()]
-    for name in stage_names:
+    for name, out in outcomes.items():
         sdir = pack_dir / name
         for f in (RUNNER_FILE, "outcome.json"):
             if not (sdir / f).is_file():
                 problems.append(f"stage {name}: missing {name}/{f}")
-        try:
-            ran = not read_json(sdir / RUNNER_FILE).get("skipped")
-        except (OSError, ValueError, AttributeError):
-            continue  # the stage's derivation reports the unreadable runner record
-        if not ran:
+        if out.status not in (PASS, FAIL):
             continue
         for pattern in getattr(stage_module(name, stages), "REQUIRED_FILES", ()):
             if not any(p.is_file() for p in sdir.glob(pattern)):
-                problems.append(f"stage {name}: missing raw file {name}/{pattern} (a stage that ran keeps it)")
+                problems.append(f"stage {name}: missing raw file {name}/{pattern} (a stage that decided keeps it)")
+        try:
+            if read_json(sdir / RUNNER_FILE).get("mode") == "process" and not (sdir / LOG_FILE).is_file():
+                problems.append(f"stage {name}: missing {name}/{LOG_FILE} (the log of its process)")
+            cells = read_json(sdir / "procs.json") if (sdir / "procs.json").is_file() else {}
+        except (OSError, ValueError, AttributeError):
+            continue  # unreadable records are named by the stage's derivation
+        if isinstance(cells, dict):
+            problems += [f"stage {name}: missing cell log {name}/{cell}.log" for cell in cells
+                         if not (sdir / f"{cell}.log").is_file()]
     return problems
 
 
@@ -163,10 +174,9 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None) -> list[str]:
     missing_gates = [g for g in REQUIRED_GATES[schema] if g not in pj["gates"]]
     if missing_gates:
         problems.append(f"pack.json lacks gates every schema-{schema} pack holds: {', '.join(missing_gates)}")
-    names = stage_names_of(pj)
-    problems += check_required_files(pack_dir, schema, names, stages)
-    derived = derive_all(pack_dir, names, stages=stages, gate_names=REQUIRED_GATES[schema],
-                          parallel=True)
+    derived = derive_all(pack_dir, stage_names_of(pj), stages=stages, gate_names=REQUIRED_GATES[schema],
+                         parallel=True)
+    problems += check_required_files(pack_dir, schema, derived.stages, stages)
     for name, out in derived.stages.items():
         problems += compare_stage(name, out, pj, pack_dir)
     for g, out in derived.gates.items():

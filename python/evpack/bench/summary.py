@@ -178,6 +178,8 @@ def write_samples(path: Path, rows: list[dict], samples: dict[str, list[float]])
 
 
 def _sample_fields(lines: list[str], columns: list[str]):
+    import csv
+
     """(key, sample, time_us) per data line. The file as written (SAMPLE_COLUMNS in order, sample and
     time_us last) takes a split from the right; any other layout goes through the csv module."""
     if tuple(columns) == SAMPLE_COLUMNS and SAMPLE_COLUMNS[-2:] == ("sample", "time_us"):

@@ -28,6 +28,7 @@ from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_j
 NAME = "bench"
 NEEDS_GPU = True
 TIMEOUT_S = 900  # full suite budget 8 min + ceilings, build load and plots
+REQUIRED_FILES = ("bench.log", "run.json", "samples.csv.gz", "summary.json", "ceilings.json", "clocks.json")  # raw files a stage that decided pass/fail keeps (verify requires them)
 REQUIRED = ("summary.json", sm.SAMPLES_FILE, "ceilings.json", "run.json", "clocks.json", "binary.json")
 META_KEYS = ("suite", "canonical", "primary_mode")
 

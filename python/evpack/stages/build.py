@@ -21,6 +21,7 @@ from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, progress, read_
 NAME = "build"
 NEEDS_GPU = False
 TIMEOUT_S = 3600
+REQUIRED_FILES = ("result.json", "build.log")  # raw files a stage that decided pass/fail keeps (verify requires them)
 MODULES = {"_C": "binary.json", "_canaries": "binary_canaries.json"}
 
 
@@ -37,7 +38,7 @@ def run(ctx: StageContext) -> None:
     cmd = [sys.executable, "setup.py", "build_ext", "--inplace"]
     t0 = time.monotonic()
     log_path = ctx.dir / "build.log"
-    progress = re.compile(r"^\[(\d+)/(\d+)\]")
+    ninja_step = re.compile(r"^\[(\d+)/(\d+)\]")
     with open(log_path, "w", encoding="utf-8") as log:
         log.write(f"# {' '.join(cmd)}\n# EVPACK_CUDA_ARCHS={env.get('EVPACK_CUDA_ARCHS', '')} "
                   f"EVPACK_NVCC_FLAGS={env.get('EVPACK_NVCC_FLAGS', '')} EVPACK_VARIANTS="
@@ -47,7 +48,7 @@ def run(ctx: StageContext) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             log.write(line)
-            m = progress.match(line)
+            m = ninja_step.match(line)
             if m:
                 progress(f"build [{m.group(1)}/{m.group(2)}] {time.monotonic() - t0:6.1f} s")
         rc = proc.wait()

@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import registry
+from ..model import REQUIRED_CATCHERS, SCHEMA_VERSION
 from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
 
 NAME = "canaries"
 NEEDS_GPU = False
 TIMEOUT_S = 60
+REQUIRED_FILES = ("expected.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
 DERIVE_READS_STAGES = True  # derive() reads the outcomes of the stages that ran the canaries
 SOURCE_STAGE = {"memcheck": "sanitize", "racecheck": "sanitize", "initcheck": "sanitize",
                 "synccheck": "sanitize", "correctness": "correctness", "stability": "stability",
@@ -25,10 +27,16 @@ def run(ctx: StageContext) -> None:
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     from ..derivation import final_outcome
 
-    # What was planted is read from the pack (written by run()), not from today's registry.
+    # What was planted is read from the pack (written by run()); what must have been planted comes from
+    # the code that derives (model.REQUIRED_CATCHERS for the pack's schema), so dropping a canary from
+    # expected.json leaves its gate unproven instead of passing.
     expected = read_json(stage_dir / "expected.json")
     if not expected:
         return StageOutcome(ERROR, "no canaries were planted: every gate is unproven", {"matrix": []})
+    missing = [c for c in required_catchers(pack_dir) if c not in {e.get("caught_by") for e in expected}]
+    if missing:
+        return StageOutcome(ERROR, f"gate not live: no canary planted for {', '.join(missing)}",
+                            {"matrix": [], "missing_catchers": missing})
     outcomes = {s: final_outcome(s, pack_dir) for s in set(SOURCE_STAGE.values())}
     matrix, statuses, problems = [], [], []
     for c in expected:
@@ -56,6 +64,15 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         n = statuses.count(PASS)
         return StageOutcome(SKIPPED, f"{n}/{len(matrix)} canaries caught; the rest were not run", {"matrix": matrix})
     return StageOutcome(PASS, f"all {len(matrix)} planted faults caught by their gates", {"matrix": matrix})
+
+
+def required_catchers(pack_dir: Path) -> tuple[str, ...]:
+    """The catchers every pack of this pack's schema must show live (the running pack: the current one)."""
+    schema = SCHEMA_VERSION
+    if (pack_dir / "pack.json").is_file():
+        recorded = read_json(pack_dir / "pack.json").get("schema_version")
+        schema = recorded if recorded in REQUIRED_CATCHERS else schema
+    return REQUIRED_CATCHERS[schema]
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:

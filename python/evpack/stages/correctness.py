@@ -10,6 +10,7 @@ from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selec
 NAME = "correctness"
 NEEDS_GPU = True
 TIMEOUT_S = 1500
+REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
 CANARY = "canary_wrong_result"
 
 

@@ -14,6 +14,7 @@ from .procs import Job, oracle_cmd, run_jobs, selected_variants
 NAME = "sanitize"
 NEEDS_GPU = True
 TIMEOUT_S = 900
+REQUIRED_FILES = ("procs.json", "run.json")  # raw files a stage that decided pass/fail keeps (verify requires them)
 CELL_TIMEOUT_S = 240
 EXIT_CODE = 86  # --error-exitcode: tells "the tool found errors" from a crash
 CANARY_FOR = {c.expect_caught_by: c.name for c in registry.CANARIES if c.expect_caught_by in TOOLS}

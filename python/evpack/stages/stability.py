@@ -11,6 +11,7 @@ from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selec
 NAME = "stability"
 NEEDS_GPU = True
 TIMEOUT_S = 1200
+REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
 CANARY = "canary_second_launch"
 DIAG_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "TORCH_USE_CUDA_DSA": "1"}
 LAUNCHES = 1000

@@ -14,6 +14,7 @@ from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selec
 NAME = "tensor_proof"
 NEEDS_GPU = True
 TIMEOUT_S = 900
+REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
 CANARY = "canary_decoy_hmma"
 
 
