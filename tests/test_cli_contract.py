@@ -1,0 +1,143 @@
+"""The CLI contract: help everywhere, exit statuses, options checked before any stage runs,
+pack ids and 'latest' wherever a pack is named, nothing written where it must not be."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+import pytest
+from conftest import REPO, copy_pack, fake_pack, run_cli
+
+from evpack.cli import build_parser
+from evpack.pack import reserve_pack_folder
+
+FULL = REPO / "artifacts" / "reference" / "20261121T142018Z-b40b5c2fd4c6"
+SECOND = REPO / "artifacts" / "reference" / "20261121T142707Z-b40b5c2fd4c6"
+
+
+def _commands() -> list[str]:
+    sub = next(a for a in build_parser()._actions if a.dest == "cmd")
+    return sorted(sub.choices)
+
+
+def test_top_level_help_lists_no_internal_command():
+    out = run_cli("--help")
+    assert out.returncode == 0
+    assert "_run-stage" not in out.stdout and "SUPPRESS" not in out.stdout
+    assert "exit status" in out.stdout
+
+
+@pytest.mark.parametrize("cmd", [c for c in _commands() if not c.startswith("_")])
+def test_every_command_has_full_help(cmd):
+    out = run_cli(cmd, "--help")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage:") and "options:" in out.stdout
+    assert len(out.stdout.splitlines()) > 3  # more than a usage line
+
+
+def test_compare_takes_pack_ids_and_three_formats():
+    ids = (FULL.name, SECOND.name)
+    text = run_cli("compare", *ids)
+    assert text.returncode == 0, text.stderr
+    js = json.loads(run_cli("compare", *ids, "--format", "json").stdout)
+    assert js["counts"]["SAME"] >= 600 and len(js["rows"]) == 672
+    md = run_cli("compare", *ids, "--format", "md", "--all").stdout
+    assert md.splitlines()[0].startswith("| mark | impl |")
+
+
+def test_a_closed_pipe_is_a_quiet_exit():
+    proc = subprocess.run(f"{sys.executable} -m evpack compare {FULL.name} {SECOND.name} --all --format md | head -1",
+                          shell=True, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.stdout.startswith("| mark")
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--shape", "garbage"], "expected KEY=VALUE"),
+    (["--shape", "B=0,H=16,S=512,D=64,dtype=fp16,causal=0"], "B must be a positive integer"),
+    (["--variants", "nope"], "unknown variant(s) 'nope'"),
+    (["--cost-per-hour", "nan"], "finite number >= 0"),
+    (["--cost-per-hour", "-1"], "finite number >= 0"),
+    (["--suite", "adhoc"], "give at least one shape"),
+    (["--stages", "build,warp"], "unknown stage 'warp'"),
+    (["--previous-pack", "/nonexistent"], "no such pack"),
+])
+def test_bad_options_are_refused_before_any_stage_runs(tmp_path, args, needle):
+    out = run_cli("evidence", "--packs-dir", str(tmp_path / "packs"), *args)
+    assert out.returncode == 2, out.stdout + out.stderr
+    err = out.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], out.stderr
+    assert not (tmp_path / "packs").exists() or not any((tmp_path / "packs").iterdir())
+
+
+def test_unknown_requirement_is_a_usage_error(tmp_path):
+    out = run_cli("evidence", "--require", "perfect", "--packs-dir", str(tmp_path))
+    assert out.returncode == 2 and "invalid choice" in out.stderr
+
+
+@pytest.mark.parametrize("plan,require,code", [
+    ({}, None, 0),  # no GPU here: the default requirement is partial; a complete pack meets it
+    ({"correctness": "fail"}, None, 1),
+    ({"sanitize": "skipped"}, "complete", 1),
+    ({"sanitize": "skipped"}, "partial", 0),
+    ({"sass": "error"}, "partial", 1),
+])
+def test_exit_status_follows_the_requirement(tmp_path, fake_env, plan, require, code):
+    env = fake_env(plan)
+    args = ["evidence", "--packs-dir", str(tmp_path / "packs")] + (["--require", require] if require else [])
+    out = run_cli(*args, env=env)
+    assert out.returncode == code, out.stdout + out.stderr
+    assert "verify: OK" in out.stdout  # the pack is written and verified whatever the exit status
+    assert list((tmp_path / "packs").glob("2*"))
+
+
+def test_same_second_starts_get_distinct_pack_ids(tmp_path):
+    pid = "20261122T120000Z-abcdef123456"
+    first, second = reserve_pack_folder(tmp_path, pid), reserve_pack_folder(tmp_path, pid)
+    assert first[0] == pid and second[0] == f"{pid}-2" and first[1] != second[1]
+    (tmp_path / pid).mkdir()  # a finished pack of that id exists: the next run does not reuse it
+    assert reserve_pack_folder(tmp_path, pid)[0] == f"{pid}-3"
+    assert datetime.now(timezone.utc)
+
+
+def test_writers_never_touch_a_pack_or_replace_files_without_force(tmp_path, fake_env):
+    env = fake_env({})
+    pack = fake_pack(tmp_path / "packs")
+    before = {p: p.read_bytes() for p in pack.rglob("*") if p.is_file()}
+    for args in (["env", "--out-dir", str(pack)], ["env", "--out-dir", str(pack / "bench")],
+                 ["report", str(pack), "--out", str(pack)], ["report", str(pack), "--out", str(tmp_path / "packs")]):
+        out = run_cli(*args, env=env)
+        assert out.returncode == 2 and out.stderr.startswith("error:"), (args, out.stderr)
+    assert before == {p: p.read_bytes() for p in pack.rglob("*") if p.is_file()}
+    out_dir = tmp_path / "out"
+    assert run_cli("env", "--out-dir", str(out_dir), env=env).returncode == 0
+    again = run_cli("env", "--out-dir", str(out_dir), env=env)
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert run_cli("env", "--out-dir", str(out_dir), "--force", env=env).returncode == 0
+    plot = tmp_path / "trend.png"
+    plot.write_bytes(b"keep me")
+    hist = run_cli("history", "--plot", str(plot), env=env)
+    assert hist.returncode == 2 and plot.read_bytes() == b"keep me"
+
+
+def test_label_verifies_first_and_refuses_incomplete_folders(tmp_path, fake_env):
+    env = fake_env({"sanitize": "skipped"})
+    pack = fake_pack(tmp_path / "packs")
+    ok = run_cli("label", str(pack), "--format", "gh-args", env=env)
+    assert ok.returncode == 0 and "--add-label evidence:partial" in ok.stdout
+    forged = copy_pack(pack, tmp_path / "forged")
+    pj = json.loads((forged / "pack.json").read_text())
+    pj["label"], pj["labels"] = "evidence:complete", ["evidence:complete"]
+    (forged / "pack.json").write_text(json.dumps(pj))
+    from evpack.pack import write_index
+
+    write_index(forged)
+    bad = run_cli("label", str(forged), "--format", "gh-args", env=env)
+    assert bad.returncode == 1 and "evidence:complete" not in bad.stdout
+    inc = tmp_path / "packs" / f".incomplete-{pack.name}-x"
+    inc.mkdir()
+    (inc / "index.json").write_text("{}")
+    refused = run_cli("label", str(inc), env=env)
+    assert refused.returncode == 2 and "interrupted" in refused.stderr
