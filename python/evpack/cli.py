@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -36,6 +37,8 @@ def _run_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--cost-per-hour", type=float, default=None, help="GPU $/hour for the cost line")
     ap.add_argument("--previous-pack", default=None, help="pack to compare the benchmark against")
     ap.add_argument("--no-verify", action="store_true", help="skip the final verify")
+    ap.add_argument("--sign-key", type=Path, default=None,
+                    help="OpenSSH private key that signs provenance.json (default: $EVPACK_SIGNING_KEY)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, default=None)
     v = sub.add_parser("verify", help="re-hash and re-derive a pack; non-zero on any mismatch")
     v.add_argument("pack", nargs="?", default="latest", help="pack folder or id (default: latest)")
+    v.add_argument("--allowed-signers", type=Path, default=None,
+                   help="OpenSSH allowed-signers file: check the signature and name the signer")
+    v.add_argument("--require-signature", action="store_true",
+                   help="reject an unsigned pack (needs --allowed-signers)")
     lb = sub.add_parser("label", help="print the pack's labels")
     lb.add_argument("pack", nargs="?", default="latest", help="pack folder or id (default: latest)")
     lb.add_argument("--format", choices=("text", "json", "github", "gh-args"), default="text")
@@ -74,15 +81,25 @@ def _options(args) -> dict:
 
 
 def cmd_evidence(args, selected) -> int:
+    from .attest import SigningFailed
     from .evidence import run_evidence
-    from .verify import verify_pack
+    from .verify import verify_pack, verify_provenance
 
-    pack = run_evidence(REPO, selected=selected, packs_root=args.packs_dir.resolve(), options=_options(args))
+    key = args.sign_key or (Path(os.environ["EVPACK_SIGNING_KEY"]) if os.environ.get("EVPACK_SIGNING_KEY")
+                            else None)
+    try:
+        pack = run_evidence(REPO, selected=selected, packs_root=args.packs_dir.resolve(), options=_options(args),
+                            sign_key=key)
+    except SigningFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if args.no_verify:
         return 0
-    problems = verify_pack(pack)
+    prov = verify_provenance(pack)
+    problems = verify_pack(pack) + list(prov.problems)
     for p in problems:
         print(f"verify: {p}", file=sys.stderr)
+    print(f"verify: provenance {prov.summary}")
     print(f"verify: {'OK' if not problems else f'{len(problems)} mismatch(es)'}")
     return 1 if problems else 0
 
@@ -114,12 +131,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"WROTE env.json: {path}")
             return 0
         if args.cmd == "verify":
-            from .verify import verify_pack
+            from .verify import verify_pack, verify_provenance
 
             pack = resolve_pack(args.pack)
+            prov = verify_provenance(pack, allowed_signers=args.allowed_signers,
+                                     require_signature=args.require_signature)  # bad options fail first
             problems = verify_pack(pack)
-            for p in problems:
+            for p in problems + list(prov.problems):
                 print(f"MISMATCH {p}")
+            print(f"provenance: {prov.summary}")
+            problems += prov.problems
             print(f"{pack.name}: {'verified' if not problems else f'{len(problems)} mismatch(es)'}")
             return 1 if problems else 0
         if args.cmd == "label":

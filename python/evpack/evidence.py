@@ -6,6 +6,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .attest import SigningFailed, collect_run_facts, write_provenance
 from .envlock import collect_env, python_pin_warning
 from .gitinfo import git_info
 from .pack import (
@@ -23,6 +24,7 @@ from .pack import (
 )
 from .report import write_reports
 from .runner import final_outcome, record_skip, run_stage
+from .signing import load_signing_key
 from .stages.base import PASS, read_json, write_json
 from .stages.order import DEPENDS_ON, STAGE_ORDER, stage_module, with_dependencies
 from .toolchain import toolchain
@@ -52,8 +54,10 @@ def gpu_available() -> tuple[bool, str]:
 
 
 def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, options: dict,
-                 progress=print) -> Path:
+                 progress=print, sign_key: Path | None = None) -> Path:
     ensure_writable(packs_root)
+    signer = load_signing_key(sign_key) if sign_key else None  # bad key: error before any work
+    run_facts = collect_run_facts(repo)
     to_run = with_dependencies(selected) if selected else list(STAGE_ORDER)
     if "bench" in to_run and not options.get("previous_pack"):
         prev_bench = previous_with_bench(packs_root)
@@ -111,12 +115,18 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
                    toolchain=toolchain(), warnings=warnings, options=options, derived=derived,
                    durations=durations, total_s=round(time.monotonic() - t_all, 3), env=env,
                    zero_delta=zero_delta)
+    pj["signing"] = signer.record() if signer else None
     write_json(tmp / "pack.json", pj)
     write_reports(tmp)
     write_index(tmp)
+    attest_error = write_provenance(tmp, run_facts, signer)  # after index.json: it is the subject
     final = finalize(tmp, packs_root, pack_id)
     if zero_delta and zero_delta["same"]:
         progress(f"zero-delta: content equals pack {prev.name} of the same commit (timestamps excluded)")
     progress(f"label: {derived.label}  ({', '.join(derived.labels)})")
     progress(f"pack: {final}")
+    if attest_error:
+        raise SigningFailed(f"{attest_error}; the pack is kept, unsigned: {final}", final)
+    progress(f"provenance: signed with {signer.key_type} key {signer.fingerprint}" if signer
+             else "provenance: unsigned (no --sign-key)")
     return final

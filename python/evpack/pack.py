@@ -14,6 +14,7 @@ from . import PACK_SCHEMA_VERSION, __version__
 from .binary import sha256_file
 from .gates import GATE_ORDER, derive_gates
 from .labels import decide
+from .provenance import UNINDEXED_FILES
 from .runner import final_outcome
 from .stages.base import StageOutcome, read_json, write_json
 from .stages.order import STAGE_ORDER
@@ -144,8 +145,9 @@ def pack_json(*, pack_id: str, created: str, git, toolchain: dict, warnings: lis
 def write_index(pack_dir: Path) -> dict:
     files = {}
     for p in sorted(pack_dir.rglob("*")):
-        if p.is_file() and p.name != "index.json":
-            files[p.relative_to(pack_dir).as_posix()] = sha256_file(p)
+        rel = p.relative_to(pack_dir).as_posix()
+        if p.is_file() and p.name != "index.json" and rel not in UNINDEXED_FILES:  # they are written after it
+            files[rel] = sha256_file(p)
     index = {"schema_version": PACK_SCHEMA_VERSION, "algorithm": "sha256", "files": files}
     write_json(pack_dir / "index.json", index)
     return index

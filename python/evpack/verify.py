@@ -8,6 +8,8 @@ from . import PACK_SCHEMA_VERSION
 from .binary import sha256_file
 from .pack import PackError, derive_all, stage_names_of
 from .pack import load_pack_file as _load
+from .provenance import UNINDEXED_FILES
+from .provenance_check import ProvenanceCheck, check_provenance
 from .report import render_html, render_md
 from .stages.base import read_json
 
@@ -20,7 +22,7 @@ def verify_pack(pack_dir: Path) -> list[str]:
     problems: list[str] = []
     listed = index.get("files", {})
     present = {p.relative_to(pack_dir).as_posix() for p in pack_dir.rglob("*")
-               if p.is_file() and p.name != "index.json"}
+               if p.is_file() and p.name != "index.json"} - set(UNINDEXED_FILES)  # written after index.json
     for rel in sorted(set(listed) - present):
         problems.append(f"missing file: {rel}")
     for rel in sorted(present - set(listed)):
@@ -80,3 +82,13 @@ def verify_pack(pack_dir: Path) -> list[str]:
             (pack_dir / "report.html").read_text(encoding="utf-8") != render_html(pack_dir, md):
         problems.append("report.html differs from the report re-rendered from the pack's files")
     return problems
+
+
+def verify_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
+                      require_signature: bool = False) -> ProvenanceCheck:
+    """The provenance statement and its signature (separate from the consistency checks of verify_pack).
+
+    The statement's subjects must match index.json and the built objects, its facts the pack's
+    files; with allowed_signers the signature must be good and by a listed signer.
+    """
+    return check_provenance(pack_dir, allowed_signers=allowed_signers, require_signature=require_signature)
