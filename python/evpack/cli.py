@@ -81,6 +81,8 @@ def _run_options(ap: argparse.ArgumentParser) -> None:
                     help="what the exit status requires: complete (default where a CUDA device is present) or "
                          "partial (default where none is)")
     ap.add_argument("--no-verify", action="store_true", help="skip the final verify")
+    ap.add_argument("--sign-key", type=Path, default=None,
+                    help="OpenSSH private key that signs provenance.json (default: $EVPACK_SIGNING_KEY)")
     ap.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)  # stand-in stages (tests)
 
 
@@ -109,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Re-hash every file, re-derive every stage, gate and label, compare decisions.",
                        epilog="exit status: 0 verified; 1 mismatches; 2 not a pack / bad input")
     _pack_arg(v)
+    v.add_argument("--allowed-signers", type=Path, default=None,
+                   help="OpenSSH allowed-signers file: check the signature and name the signer")
+    v.add_argument("--require-signature", action="store_true",
+                   help="reject an unsigned pack (needs --allowed-signers)")
     v.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
     lb = sub.add_parser("label", help="print the pack's labels (after verifying it)",
                         description="Verify a pack, then print its labels.",
@@ -141,32 +147,45 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_evidence(args, selected) -> int:
+    from .attest import SigningFailed
     from .evidence import run_evidence
-    from .verify import verify_pack
+    from .verify import verify_pack, verify_provenance
 
     options = run_options(REPO, suite=args.suite, shapes=args.shapes, variants=args.variants,
                           cost_per_hour=args.cost_per_hour,
                           previous_pack=str(resolve_pack(args.previous_pack)) if args.previous_pack else None)
-    result = run_evidence(REPO, selected=selected, packs_root=args.packs_dir.resolve(), options=options,
-                          requirement=args.require, stages=args.stage_package)
+    key = args.sign_key or (Path(os.environ["EVPACK_SIGNING_KEY"]) if os.environ.get("EVPACK_SIGNING_KEY")
+                            else None)
+    try:
+        result = run_evidence(REPO, selected=selected, packs_root=args.packs_dir.resolve(), options=options,
+                              requirement=args.require, stages=args.stage_package, sign_key=key)
+    except SigningFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     requirement = args.require or ("complete" if result.has_gpu else "partial")
     ok = meets(result.label, requirement)
-    problems = [] if args.no_verify else verify_pack(result.pack, stages=args.stage_package)
-    for p in problems:
-        print(f"verify: {p}", file=sys.stderr)
+    problems = []
     if not args.no_verify:
+        prov = verify_provenance(result.pack)
+        problems = verify_pack(result.pack, stages=args.stage_package) + list(prov.problems)
+        for p in problems:
+            print(f"verify: {p}", file=sys.stderr)
+        print(f"verify: provenance {prov.summary}")
         print(f"verify: {'OK' if not problems else f'{len(problems)} mismatch(es)'}")
     print(f"requirement {requirement}: {'met' if ok else 'NOT met'} by {result.label}")
     return 0 if ok and not problems else 1
 
 
 def cmd_verify(args) -> int:
-    from .verify import verify_pack
+    from .verify import verify_pack, verify_provenance
 
     pack = resolve_pack(args.pack)
-    problems = verify_pack(pack, stages=args.stage_package)
+    prov = verify_provenance(pack, allowed_signers=args.allowed_signers,
+                             require_signature=args.require_signature)  # bad options fail first
+    problems = verify_pack(pack, stages=args.stage_package) + list(prov.problems)
     for p in problems:
         print(f"MISMATCH {p}")
+    print(f"provenance: {prov.summary}")
     print(f"{pack.name}: {'verified' if not problems else f'{len(problems)} mismatch(es)'}")
     return 1 if problems else 0
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .attest import SigningFailed, collect_run_facts, write_provenance
 from .derivation import derivation_session, derive_all, final_outcome
 from .envlock import collect_env, python_pin_warning
 from .gitinfo import git_info
@@ -25,6 +26,7 @@ from .pack import (
     write_index,
 )
 from .runner import record_skip, run_stage
+from .signing import load_signing_key
 from .stages.order import DEPENDS_ON, STAGE_ORDER, stage_module, with_dependencies
 from .toolchain import toolchain
 
@@ -73,13 +75,16 @@ def _skip_reason(name: str, mod, to_run: list[str], outcomes: dict, has_gpu: boo
 
 def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, options: dict,
                  requirement: str | None = None, stages: str | None = None,
-                 gpu: tuple[bool, str] | None = None, after_index=None) -> RunResult:
+                 gpu: tuple[bool, str] | None = None, sign_key: Path | None = None) -> RunResult:
     """Run the stages, write the pack atomically, return where it is and what it decided.
 
     `stages` names a stand-in stage package (tests); `gpu` overrides the CUDA probe (tests);
-    `after_index(tmp_dir)` runs once index.json is written and before the rename (provenance).
+    `sign_key` signs provenance.json (checked before any stage runs). A signing failure at the end
+    keeps the pack, unsigned, and raises SigningFailed.
     """
     ensure_writable(packs_root)
+    signer = load_signing_key(sign_key) if sign_key else None  # bad key: error before any work
+    run_facts = collect_run_facts(repo)
     to_run = with_dependencies(selected) if selected else list(STAGE_ORDER)
     if "bench" in to_run and not options.get("previous_pack"):
         prev_bench = previous_with_bench(packs_root)
@@ -133,17 +138,21 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
                    toolchain=toolchain(), warnings=warnings, options=options, derived=derived,
                    durations=durations, total_s=round(time.monotonic() - t_all, 3), env=env,
                    zero_delta=zero_delta, requirement=requirement)
+    pj["signing"] = signer.record() if signer else None
     write_json(tmp / "pack.json", pj)
     log.info("rendering report.md, report.html and comment.md")
     _write_reports(tmp)
     write_index(tmp)
-    if after_index is not None:
-        after_index(tmp)
+    attest_error = write_provenance(tmp, run_facts, signer)  # after index.json: it is the subject
     final = finalize(tmp, packs_root, pack_id)
     if zero_delta and zero_delta["same"]:
         log.info("zero-delta: content equals pack %s of the same commit (timestamps excluded)", prev.name)
     log.info("label: %s  (%s)", derived.label, ", ".join(derived.labels))
     log.info("pack: %s", final)
+    if attest_error:
+        raise SigningFailed(f"{attest_error}; the pack is kept, unsigned: {final}", final)
+    log.info("provenance: %s", f"signed with {signer.key_type} key {signer.fingerprint}" if signer
+             else "unsigned (no --sign-key)")
     return RunResult(final, derived.label, tuple(derived.labels), has_gpu)
 
 

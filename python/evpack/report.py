@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .gates import STAGE_GATES
 from .model import StageOutcome
+from .provenance import report_line
 from .stages.base import read_json, write_text
 from .stages.order import STAGE_ORDER, stage_module
 
@@ -34,6 +35,9 @@ def render_md(pack_dir: Path) -> str:
         "- toolchain: " + ", ".join(f"{k} {v or '-'}" for k, v in pj["toolchain"].items()),
         f"- binary sha256: `{pj.get('so_sha256') or '-'}`",
     ]
+    signature = report_line(pj)  # None for packs made before signed provenance: their report is unchanged
+    if signature:
+        lines.append(signature)
     for w in pj.get("warnings", []):
         lines.append(f"- WARNING: {w}")
     zd = pj.get("zero_delta")

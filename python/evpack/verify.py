@@ -32,6 +32,7 @@ from .model import (
     StageOutcome,
 )
 from .pack import PackError, stage_names_of
+from .provenance_check import ProvenanceCheck, check_provenance
 from .stages.order import stage_module
 
 MAX_LISTED = 20  # per kind of file problem; the rest are counted
@@ -193,3 +194,13 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None) -> list[str]:
     if isinstance(zd, dict) and zd.get("same") != (zd.get("previous_digest") == pj.get("content_digest")):
         problems.append("zero_delta.same contradicts the digests")
     return problems
+
+
+def verify_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
+                      require_signature: bool = False) -> ProvenanceCheck:
+    """The provenance statement and its signature (separate from the consistency checks above).
+
+    The statement's subjects must match index.json and the built objects, its facts the pack's
+    files; with allowed_signers the signature must be good and by a listed signer.
+    """
+    return check_provenance(pack_dir, allowed_signers=allowed_signers, require_signature=require_signature)

@@ -1,0 +1,136 @@
+"""Collecting what the provenance statement records, writing provenance.json and signing it.
+
+`collect_run_facts` runs when `evidence` starts (the tree that is built, the command, the GPUs,
+the CI run); `write_provenance` runs after index.json is written, inside the `.incomplete-`
+folder, and only ever adds provenance.json and provenance.json.sig: nothing already written
+is changed or removed, whatever fails.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .binary import sha256_file
+from .provenance import (
+    INDEX_SUBJECT,
+    PROVENANCE_FILE,
+    SIGNATURE_FILE,
+    RunFacts,
+    Subject,
+    build_statement,
+    ci_identity,
+    pack_facts,
+    parse_gpu_query,
+    tree_line,
+)
+from .signing import SigningError, SigningKey, sign
+
+TREE_ALGORITHM = "sha256 of `git ls-files -z | xargs -0 sha256sum` (tracked files as in the working tree)"
+
+
+class SigningFailed(Exception):
+    """Signing at the end of a run failed; the pack was kept, unsigned (exit 1, not a usage error)."""
+
+    def __init__(self, message: str, pack: Path):
+        super().__init__(message)
+        self.pack = pack
+
+
+def tree_digest(repo: Path) -> dict:
+    """The content hash of the tracked files as they are in the working tree (edits included)."""
+    out = {"algorithm": TREE_ALGORITHM, "sha256": None, "files": 0, "missing": [], "error": None}
+    try:
+        proc = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return dict(out, error=f"git ls-files failed: {exc}")
+    if proc.returncode != 0:
+        return dict(out, error=f"git ls-files failed: {proc.stderr.decode('utf-8', 'replace').strip()[:200]}")
+    h = hashlib.sha256()
+    for raw in proc.stdout.split(b"\0"):
+        if not raw:
+            continue
+        rel = raw.decode("utf-8", "surrogateescape")
+        path = repo / rel
+        if not path.is_file():  # deleted in the working tree, or a submodule
+            out["missing"].append(rel)
+            continue
+        h.update(tree_line(sha256_file(path), rel).encode("utf-8", "surrogateescape"))
+        out["files"] += 1
+    out["sha256"] = h.hexdigest()
+    return out
+
+
+def gpu_devices() -> dict:
+    """Name, UUID and driver of every GPU nvidia-smi lists, and which ones the run could see."""
+    out = {"source": "nvidia-smi", "devices": [], "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+           "error": None}
+    try:
+        proc = subprocess.run(["nvidia-smi", "--query-gpu=index,name,uuid,driver_version",
+                               "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        return dict(out, error="nvidia-smi not found on PATH")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return dict(out, error=f"nvidia-smi failed: {exc}")
+    if proc.returncode != 0:
+        return dict(out, error=f"nvidia-smi exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[:200]}")
+    return dict(out, devices=parse_gpu_query(proc.stdout))
+
+
+def collect_run_facts(repo: Path) -> RunFacts:
+    return RunFacts(command=tuple(getattr(sys, "orig_argv", sys.argv)), tree=tree_digest(repo),
+                    gpu_devices=gpu_devices(), ci=ci_identity(dict(os.environ)))
+
+
+def _json_or_none(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def read_pack_facts(pack_dir: Path) -> dict:
+    """pack_facts() from the pack's files (pack.json, env.json, bench/clocks.json)."""
+    pj = _json_or_none(pack_dir / "pack.json")
+    env = _json_or_none(pack_dir / "env.json")
+    pj = pj if isinstance(pj, dict) else {}
+    return pack_facts(pack_id=str(pj.get("pack_id")), pack_json=pj, env_json=env if isinstance(env, dict) else {},
+                      clocks_json=_json_or_none(pack_dir / "bench" / "clocks.json"))
+
+
+def pack_subjects(pack_dir: Path) -> list[Subject]:
+    """index.json, then every shared object the build stage recorded (build/binary*.json)."""
+    subjects = [Subject(INDEX_SUBJECT, sha256_file(pack_dir / INDEX_SUBJECT))]
+    for rec_file in sorted((pack_dir / "build").glob("binary*.json")):
+        rec = _json_or_none(rec_file)
+        if isinstance(rec, dict) and isinstance(rec.get("sha256"), str) and rec.get("path"):
+            subjects.append(Subject(Path(str(rec["path"])).name, rec["sha256"]))
+    return subjects
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def write_provenance(pack_dir: Path, run: RunFacts, signer: SigningKey | None) -> str | None:
+    """Write provenance.json (and its signature with a key). The error in one line, or None."""
+    if (pack_dir / PROVENANCE_FILE).exists() or (pack_dir / SIGNATURE_FILE).exists():
+        return f"{pack_dir} already holds {PROVENANCE_FILE}: not overwritten"
+    try:
+        statement = build_statement(subjects=pack_subjects(pack_dir), facts=read_pack_facts(pack_dir), run=run)
+        data = (json.dumps(statement, indent=2, ensure_ascii=True) + "\n").encode("ascii")
+        _write_bytes(pack_dir / PROVENANCE_FILE, data)
+    except OSError as exc:
+        return f"provenance.json could not be written: {exc}"
+    if signer is None:
+        return None
+    try:
+        _write_bytes(pack_dir / SIGNATURE_FILE, sign(signer.path, data))
+    except (SigningError, OSError) as exc:
+        return f"signing failed: {exc}"
+    return None
