@@ -190,6 +190,12 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None) -> list[str]:
     if pj.get("label") != derived.label or pj.get("labels") != derived.labels:
         problems.append(f"label: pack.json says {pj.get('label')} {pj.get('labels')} but the gates give "
                         f"{derived.label} {derived.labels}")
+    if "so_sha256" in pj and pj["so_sha256"] != derived.facts.so_sha256:
+        problems.append(f"so_sha256: pack.json says {pj['so_sha256']} but the build's files give {derived.facts.so_sha256}")
+    summary = pj.get("summary") if isinstance(pj.get("summary"), dict) else {}
+    if "canonical_speedup" in summary:
+        problems += [f"summary.{d}" for d in view_differences(summary["canonical_speedup"],
+                                                               derived.facts.canonical_speedup, "canonical_speedup")]
     zd = pj.get("zero_delta")
     if isinstance(zd, dict) and zd.get("same") != (zd.get("previous_digest") == pj.get("content_digest")):
         problems.append("zero_delta.same contradicts the digests")

@@ -23,6 +23,7 @@ from ..bench import plots, report
 from ..bench import summary as sm
 from ..bench.compare import compare_rows, regressions
 from ..bench.suites import ADHOC, Suite, load_suite, with_adhoc
+from ..model import PackFacts
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
 
 NAME = "bench"
@@ -210,6 +211,12 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         reason += (f"; canonical {recomputed['canonical_best']} {recomputed['canonical_speedup']:.2f}x "
                    f"SDPA default ({meta['primary_mode']})")
     return StageOutcome(status, reason, data)
+
+
+def facts(outcome: StageOutcome, pack: PackFacts) -> PackFacts:
+    """perf-regression (rows of ours slower than the compared pack beyond noise) and the canonical speedup."""
+    return pack.with_(perf_regression=bool(outcome.data.get("regressions")),
+                      canonical_speedup=outcome.data.get("canonical_speedup"))
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:

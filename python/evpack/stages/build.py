@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ..binary import find_built, sha256_file
+from ..model import PackFacts
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, progress, read_json, write_json
 
 NAME = "build"
@@ -110,6 +111,11 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
             "ptxas_logs": len(logs), "kernels": len(kernels), "env": res.get("env", {})}
     return StageOutcome(PASS, f"built {len(kernels)} kernels from {len(logs)} CUDA objects; "
                               f"_C sha256 {binrec['sha256'][:12]}", data)
+
+
+def facts(outcome: StageOutcome, pack: PackFacts) -> PackFacts:
+    """The digest of the built evpack._C: the one binary every other stage must have loaded."""
+    return pack.with_(so_sha256=outcome.data.get("so_sha256"))
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
