@@ -8,7 +8,6 @@ from . import PACK_SCHEMA_VERSION
 from .binary import sha256_file
 from .pack import PackError, derive_all, stage_names_of
 from .pack import load_pack_file as _load
-from .report import render_html, render_md
 from .stages.base import read_json
 
 
@@ -70,13 +69,4 @@ def verify_pack(pack_dir: Path) -> list[str]:
     zd = pj.get("zero_delta")
     if zd and zd.get("same") != (zd.get("previous_digest") == derived.digest):
         problems.append("zero_delta.same contradicts the digests")
-    try:
-        md = render_md(pack_dir)
-    except Exception as exc:
-        return problems + [f"report cannot be re-rendered: {type(exc).__name__}: {exc}"]
-    if (pack_dir / "report.md").exists() and (pack_dir / "report.md").read_text(encoding="utf-8") != md:
-        problems.append("report.md differs from the report re-rendered from the pack's files")
-    if (pack_dir / "report.html").exists() and \
-            (pack_dir / "report.html").read_text(encoding="utf-8") != render_html(pack_dir, md):
-        problems.append("report.html differs from the report re-rendered from the pack's files")
     return problems
