@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         _run_options(sp)
     e = sub.add_parser("env", help="write env.json (v1 environment lock)")
     e.add_argument("--out-dir", type=Path, default=Path("."))
-    r = sub.add_parser("report", help="re-render a pack's report (to --out, or print report.md)")
+    r = sub.add_parser("report", help="re-render a pack's reports: report.md, report.html and comment.md "
+                                      "into --out (without --out, print report.md)")
     r.add_argument("pack", nargs="?", default="latest", help="pack folder or id (default: latest)")
     r.add_argument("--out", type=Path, default=None)
     v = sub.add_parser("verify", help="re-hash and re-derive a pack; non-zero on any mismatch")
@@ -128,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             print(format_labels(load_pack_json(resolve_pack(args.pack)), args.format))
             return 0
         if args.cmd == "report":
-            from .report import render_md, write_reports
+            from .reporting.report_md import render_md
+            from .reporting.write import write_reports
 
             pack = resolve_pack(args.pack)
             if args.out is None:
@@ -140,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             from .pack import ensure_writable
 
             ensure_writable(out)
-            md, html = write_reports(pack, out)
-            print(f"WROTE {md}\nWROTE {html}")
+            for path in write_reports(pack, out).all():
+                print(f"WROTE {path}")
             return 0
         if args.cmd == "kernels":
             from .registry import VARIANTS

@@ -21,7 +21,8 @@ from .pack import (
     previous_same_commit,
     write_index,
 )
-from .report import write_reports
+from .reporting import missing_renderer
+from .reporting.write import write_reports
 from .runner import final_outcome, record_skip, run_stage
 from .stages.base import PASS, read_json, write_json
 from .stages.order import DEPENDS_ON, STAGE_ORDER, stage_module, with_dependencies
@@ -54,6 +55,9 @@ def gpu_available() -> tuple[bool, str]:
 def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, options: dict,
                  progress=print) -> Path:
     ensure_writable(packs_root)
+    no_renderer = missing_renderer()
+    if no_renderer:
+        raise PackError(no_renderer)
     to_run = with_dependencies(selected) if selected else list(STAGE_ORDER)
     if "bench" in to_run and not options.get("previous_pack"):
         prev_bench = previous_with_bench(packs_root)
@@ -112,7 +116,7 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
                    durations=durations, total_s=round(time.monotonic() - t_all, 3), env=env,
                    zero_delta=zero_delta)
     write_json(tmp / "pack.json", pj)
-    write_reports(tmp)
+    write_reports(tmp)  # report.md, report.html, comment.md: inside the index, so hashed
     write_index(tmp)
     final = finalize(tmp, packs_root, pack_id)
     if zero_delta and zero_delta["same"]:
