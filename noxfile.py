@@ -22,7 +22,9 @@ EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["option
 
 
 def _evpack(session: nox.Session, *args: str, python: str = "python") -> None:
-    env = {"PYTHONPATH": str(ROOT / "python")}
+    # Prepend, never replace: a machine without network carries pure-Python wheels (nox, the report
+    # renderer) on PYTHONPATH (README, Notes).
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "python"), os.environ.get("PYTHONPATH")) if p)}
     session.run(python, "-m", "evpack", *args, *session.posargs, env=env, external=python != "python")
 
 
