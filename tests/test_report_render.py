@@ -112,8 +112,9 @@ def test_report_md_puts_verdict_gates_and_leaderboard_first(full_reports):
     _order(md, "## Gates", "## Leaderboard at the canonical shape", "## Pack", "## Stages", "## ptxas", "## bench")
     assert md.count("| # | impl | variant |") == 1  # the leaderboard once, at the top
     # The long tables are collapsed: PTXAS (84 rows), SASS, tensor proof, correctness, per shape.
-    for name in ("PTXAS resources — pass: table of 84 rows", "First tensor-core instructions of",
-                 "Per shape (cold mode): table of 24 rows"):
+    for name in ("PTXAS resources — pass (table of 84 rows)", "First tensor-core instructions of",
+                 "tensor_proof (table of 56 rows)", "correctness (table of 28 rows)",
+                 "Per shape (cold mode) (table of 24 rows)"):
         assert f"<details><summary>{name}" in md, name
 
 
@@ -126,7 +127,7 @@ def test_collapse_long_tables():
                     *tbl(30), "```"])
     out = collapse_long_tables(md)
     assert out.count("<details>") == 2  # the long one, and the one that already was
-    assert f"<details><summary>Long one: table of {LONG_TABLE_ROWS + 1} rows</summary>\n\n| a | b |" in out
+    assert f"<details><summary>Long one (table of {LONG_TABLE_ROWS + 1} rows)</summary>\n\n| a | b |" in out
     assert out.count("</details>") == 2
     assert out.endswith("\n".join(["```", *tbl(30), "```"]))  # fenced text untouched
 

@@ -24,16 +24,16 @@ def _section(mod, hook: str, view: PackView, stage: str) -> str:
         return f"(this section could not be rendered: {type(exc).__name__}: {exc})"
 
 
-def collapse_long_tables(md: str, min_rows: int = LONG_TABLE_ROWS) -> str:
+def collapse_long_tables(md: str, title: str = "table", min_rows: int = LONG_TABLE_ROWS) -> str:
     """Wrap every table of more than min_rows body rows in <details>, unless it already is in one.
 
-    The summary names the table by the nearest heading above it and its row count. Fenced code is
+    The summary names the table by the nearest heading above it (else `title`) and its row count. Fenced code is
     left alone (a SASS line may start with '|'). A blank line separates the HTML from the table, as
     CommonMark needs to parse the table inside.
     """
     out: list[str] = []
     lines = md.split("\n")
-    heading, depth, fenced, i = "", 0, False, 0
+    heading, depth, fenced, i = title, 0, False, 0
     while i < len(lines):
         ln = lines[i]
         if ln.startswith("```"):
@@ -51,8 +51,8 @@ def collapse_long_tables(md: str, min_rows: int = LONG_TABLE_ROWS) -> str:
             j += 1
         block, body_rows = lines[i:j], j - i - 2
         if depth == 0 and body_rows > min_rows:
-            name = re.sub(r"[`*]", "", heading) or "table"
-            out += [f"<details><summary>{name}: table of {body_rows} rows</summary>", "", *block, "", "</details>"]
+            name = re.sub(r"[`*]", "", heading) or title
+            out += [f"<details><summary>{name} (table of {body_rows} rows)</summary>", "", *block, "", "</details>"]
         else:
             out += block
         i = j
@@ -92,6 +92,6 @@ def render_md(pack_dir: Path, view: PackView | None = None) -> str:
             continue
         section = _section(mod, "report_md", view, s)
         if section:
-            lines += ["", f"## {s}", "", collapse_long_tables(section)]
+            lines += ["", f"## {s}", "", collapse_long_tables(section, title=s)]
     lines += ["", f"Every result above is re-derivable: `python -m evpack verify {pj['pack_id']}`.", ""]
     return "\n".join(lines)
