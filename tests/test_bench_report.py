@@ -147,10 +147,51 @@ def test_report_and_figures(tmp_path):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = stage.derive(d, d.parent)
     md = stage.report_md(d, out)
-    for needle in ("## Benchmark", "Leaderboard", "GPU time 95.0 s", "cost $0.08 at $3.20/h", "× default",
+    for needle in ("## Benchmark", "GPU time 95.0 s", "cost $0.08 at $3.20/h", "× default",
                    "Same-run ceilings", "not throttled", "unsupported", "No available kernel", "capture ms",
                    "synthetic_flash_kernel"):
         assert needle in md, needle
+    # The leaderboard moved to the report's top (headline_md); the section points there.
+    assert "| # | impl |" not in md and "at the top of this report" in md
+    head = stage.headline_md(d, out)
+    assert head.startswith("## Leaderboard at the canonical shape (B=16, H=16, S=512, D=64, dtype=fp16, non-causal")
+    table_lines = [ln for ln in head.splitlines() if ln.startswith("|")]
+    assert len(table_lines) == 2 + 8  # header, rule, 8 rows (3 configs of ours + 5 SDPA backends)
+    assert "Best of ours: `wmma/m128n64w8s1`" in head
+
+
+def _text_px(fig) -> float:
+    """Height in pixels of the smallest visible text of a figure at the DPI the plots are saved with."""
+    from matplotlib.text import Text
+
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()
+             and (t.axes is None or t.axes.get_visible())]
+    return min(sizes) * plots.DPI / 72.0
+
+
+@pytest.mark.parametrize("copies", [1, 6])
+def test_plots_read_at_page_width(tmp_path, monkeypatch, copies):
+    """Every plot is at most the page's content width (never scaled down) with text >= 10 px, also with
+    the full suite's 24 shapes (more than SHAPES_PER_ROW: they wrap into panels)."""
+    from evpack.reporting.report_html import png_size
+
+    d = make_stage(tmp_path)
+    rows = json.loads((d / "summary.json").read_text())["rows"]
+    rows = [dict(r, shape=f"{r['shape']}#{i}") for i in range(copies) for r in rows]  # 4 or 24 shapes
+    seen = {}
+    real_save = plots._save
+
+    def save(fig, path):
+        seen[path.name] = _text_px(fig)
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", save)
+    written = plots.make_all(rows, d, "cold")
+    assert [p.name for p in written] == list(plots.FILES)
+    for p in written:
+        width, height = png_size(p.read_bytes())
+        assert width == plots.PAGE_WIDTH_PX and 200 < height < 2000, (p.name, width, height)
+        assert seen[p.name] >= plots.MIN_TEXT_PX, (p.name, seen[p.name])
 
 
 def test_previous_pack_diff(tmp_path):

@@ -17,7 +17,7 @@ from ssh_helpers import missing
 from evpack.attest import SigningFailed, collect_run_facts, tree_digest, write_provenance
 from evpack.pack import write_index
 from evpack.provenance import PREDICATE_TYPE, STATEMENT_TYPE, parse_gpu_query
-from evpack.report import write_reports
+from evpack.reporting.write import write_reports
 from evpack.signing import SigningError, allowed_signers_line, load_signing_key, sign
 from evpack.stages.base import read_json, write_json
 from evpack.verify import verify_provenance

@@ -65,25 +65,69 @@ def test_scripts_are_executable_and_parse():
         assert r.returncode == 0, r.stderr
 
 
+def _jobs(text: str) -> dict[str, str]:
+    """The text of each top-level job of the workflow."""
+    body = text[text.index("\njobs:\n") + len("\njobs:\n"):]
+    parts = re.split(r"^  ([a-z_-]+):\n", body, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
 def test_workflow_shape():
-    """What issue 7 asks of the workflow, checked on its text (actionlint checks the schema)."""
+    """What issues 7 and 16 ask of the workflow, checked on its text (actionlint checks the schema)."""
     text = (REPO / ".github" / "workflows" / "evidence.yml").read_text()
-    assert re.search(r"^on:\n  pull_request:", text, flags=re.M)
-    # Minimal permissions: read at the top, pull-requests: write only in the GPU job.
+    assert re.search(r"^on:\n  push:\n  pull_request:\n    types: \[opened, synchronize, reopened, labeled\]", text,
+                     flags=re.M)
+    assert "pull_request_target" not in text  # no job runs PR code with the base repository's secrets
     top = text[: text.index("\njobs:")]
-    assert re.search(r"^permissions:\n  contents: read\n", top, flags=re.M)
-    assert text.count("pull-requests: write") == 1
-    assert not re.search(r"^\s+(contents|actions|issues|packages): write", text, flags=re.M)
-    cpu = text[text.index("\n  cpu:"): text.index("\n  gpu:")]
-    gpu = text[text.index("\n  gpu:"):]
-    assert "runs-on: ubuntu-latest" in cpu
-    assert "python -m pip install nox" in cpu and "nox -s tests" in cpu and "nox -s evidence" in cpu
-    assert "runs-on: [self-hosted, gpu]" in gpu
-    assert "contains(github.event.pull_request.labels.*.name, 'run-evidence')" in gpu
-    assert "github.event.pull_request.head.repo.full_name == github.repository" in gpu  # no forks on our GPU
-    assert "nox -s evidence" in gpu and "actions/upload-artifact@" in gpu
-    assert "scripts/lib/pr-evidence.sh comment" in gpu and "scripts/lib/pr-evidence.sh labels" in gpu
-    assert "pull-requests: write" in gpu
+    assert re.search(r"^permissions: \{\}", top, flags=re.M)  # nothing at the top: each job names its own
+    assert "concurrency" not in top  # a workflow-wide group would let any event cancel the GPU run
+    jobs = _jobs(text)
+    assert list(jobs) == ["cpu", "gpu", "publish"]
+    perms = {name: dict(re.findall(r"^      ([a-z-]+): (read|write)", job[job.index("    permissions:"):], flags=re.M))
+             for name, job in jobs.items()}
+    assert perms["cpu"] == {"contents": "read"}
+    assert perms["gpu"] == {"contents": "read", "id-token": "write", "attestations": "write"}
+    assert perms["publish"] == {"contents": "read", "pull-requests": "write"}
+    cpu, gpu, publish = jobs["cpu"], jobs["gpu"], jobs["publish"]
+    # cpu: every push, on a hosted runner.
+    assert "github.event_name == 'push' ||" in cpu and "runs-on: ubuntu-latest" in cpu
+    assert "python -m pip install nox" in cpu and "run: nox -s tests" in cpu and "run: nox -s evidence" in cpu
+    # gpu: the trigger label only, never a fork, runner labels from a repository variable.
+    gate = ("github.event.pull_request.head.repo.full_name == github.repository &&\n"
+            "      contains(github.event.pull_request.labels.*.name, 'run-evidence') &&\n"
+            "      (github.event.action != 'labeled' || github.event.label.name == 'run-evidence')")
+    assert gate in gpu
+    assert "runs-on: ${{ fromJSON(vars.EVPACK_GPU_RUNS_ON || '[\"self-hosted\", \"gpu\"]') }}" in gpu
+    assert 'run: python -m nox -s evidence -- --baseline "$BASE_SHA" --sign-key "$KEY_FILE"' in gpu
+    assert "BASE_SHA: ${{ github.event.pull_request.base.sha }}" in gpu
+    assert "SIGNING_KEY: ${{ secrets.EVPACK_SIGNING_KEY }}" in gpu and "umask 077" in gpu
+    steps = ["nox -s evidence", "python -m evpack verify", "tar -C", "actions/attest-build-provenance@",
+             "actions/upload-artifact@"]
+    at = [gpu.index(s) for s in steps]
+    assert at == sorted(at), dict(zip(steps, at, strict=True))
+    assert "pull-requests" not in gpu and "GH_TOKEN" not in gpu  # the job that runs PR code cannot write to the PR
+    assert "persist-credentials: false" in gpu
+    # Concurrency per PR and job; a skipped event gets a group of its own run id (the job's `if` repeated).
+    def condition(job: str) -> str:
+        return " ".join(re.search(r"^    if: >-\n(.*?)\n    runs-on", job, flags=re.S | re.M).group(1).split())
+
+    for name, job in jobs.items():
+        group = re.search(r"    concurrency:\n      group: >-\n(.*?)\n      cancel-in-progress", job, flags=re.S)
+        assert group, name
+        g = " ".join(group.group(1).split())
+        assert f"format('evidence-skipped-{{0}}-{name}', github.run_id)" in g, (name, g)
+        runs_when = condition(jobs["cpu" if name == "cpu" else "gpu"])  # publish runs exactly when gpu does
+        assert g.startswith("${{ (" + runs_when + ") && format("), (name, runs_when, g)
+    assert "format('evidence-gpu-pr-{0}', github.event.pull_request.number)" in " ".join(gpu.split())
+    # publish: only after the gpu job, with the base branch's code, comment + labels only when verify succeeded.
+    assert "needs: gpu" in publish and "ref: ${{ github.event.pull_request.base.sha }}" in publish
+    assert "runs-on: ubuntu-latest" in publish and "actions/download-artifact@" in publish
+    ok = publish[publish.index("if: ${{ needs.gpu.outputs.verified == 'true' }}"):]
+    ok = ok[: ok.index("      - name:")]
+    assert "pr-evidence.sh comment \"$pack\"" in ok and "pr-evidence.sh labels \"$pack\"" in ok
+    assert "python -m evpack label \"$pack\" --format github" in ok
+    bad = publish[publish.index("if: ${{ needs.gpu.outputs.verified != 'true' }}"):]
+    assert "pr-evidence.sh failed - \"$PR\"" in bad and "pr-evidence.sh comment-file" in bad and "exit 1" in bad
     labels_cfg = (REPO / ".github" / "actionlint.yaml").read_text()
     assert "- gpu" in labels_cfg
 
@@ -127,7 +171,7 @@ def fake(tmp_path: Path):
     pack.mkdir()
     (pack / "report.md").write_text("# Evidence\n\nlabel: evidence:failed\n")
 
-    def run(verb: str, *, labels: list[str], comments=(), pr_labels=(), repo_labels=()):
+    def run(verb: str, *, labels: list[str], comments=(), pr_labels=(), repo_labels=(), target: str | None = None):
         (pack / "pack.json").write_text(json.dumps({
             "schema_version": 1, "pack_id": pack.name, "label": labels[0], "labels": labels,
             "gates": {"correctness": {"status": "fail", "reason": "synthetic"}}}))
@@ -139,13 +183,14 @@ def fake(tmp_path: Path):
         env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "FAKE_GH_STATE": str(state),
                "FAKE_GH_LOG": str(log), "GITHUB_REPOSITORY": "owner/repo",
                "PYTHONPATH": str(REPO / "python"),
-               "EVPACK_LABEL_CMD": f"{sys.executable} -m evpack label"}
-        r = subprocess.run(["bash", str(REPO / "scripts" / "lib" / "pr-evidence.sh"), verb, str(pack), "42"],
+               "EVPACK_LABEL_CMD": f"{sys.executable} -m evpack label", "EVPACK_PYTHON": sys.executable}
+        r = subprocess.run(["bash", str(REPO / "scripts" / "lib" / "pr-evidence.sh"), verb, target or str(pack), "42"],
                            capture_output=True, text=True, timeout=60, env=env, cwd=REPO)
         assert r.returncode == 0, r.stdout + r.stderr
         calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         return r, calls
 
+    run.pack = pack
     return run
 
 
@@ -187,3 +232,31 @@ def test_labels_already_right_is_a_no_op(fake):
                     repo_labels=["evidence:partial"])
     assert not [c for c in calls if c["argv"][:2] in (["pr", "edit"], ["label", "create"])]
     assert "already match" in r.stdout
+
+
+def test_comment_posts_comment_md_with_the_marker_once(fake):
+    (fake.pack / "comment.md").write_text(f"{MARKER}\n# Evidence pack: **evidence:partial**\n")
+    _, calls = fake("comment", labels=["evidence:partial"])
+    (post,) = [c for c in calls if "--method" in c["argv"]]
+    assert post["body"] == f"{MARKER}\n# Evidence pack: **evidence:partial**\n"  # not report.md, one marker
+
+
+def test_comment_file_posts_a_prepared_body(fake, tmp_path):
+    body = tmp_path / "failed.md"
+    body.write_text("the pack did not verify\n")
+    ours = {"id": 5, "user": {"login": "github-actions[bot]"}, "body": f"{MARKER}\nold"}
+    _, calls = fake("comment-file", labels=["evidence:complete"], comments=[ours], target=str(body))
+    (patch,) = [c for c in calls if "--method" in c["argv"]]
+    assert patch["argv"][3] == "repos/owner/repo/issues/comments/5"
+    assert patch["body"] == f"{MARKER}\nthe pack did not verify\n"
+
+
+def test_failed_labels_evidence_failed_whatever_the_pack_says(fake):
+    """A pack that did not verify: its own labels are ignored; evidence:failed replaces every label of ours."""
+    r, calls = fake("failed", labels=["evidence:complete", "tensor-cores-verified"], target="-",
+                    pr_labels=["evidence:complete", "tensor-cores-verified", "needs-review"],
+                    repo_labels=["evidence:complete", "tensor-cores-verified", "evidence:failed", "needs-review"])
+    (edit,) = [c["argv"] for c in calls if c["argv"][:2] == ["pr", "edit"]]
+    pairs = set(zip(edit[5::2], edit[6::2], strict=True))
+    assert pairs == {("--add-label", "evidence:failed"), ("--remove-label", "evidence:complete"),
+                     ("--remove-label", "tensor-cores-verified")}

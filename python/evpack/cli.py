@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Write env.json into --out-dir (never into a pack).")
     e.add_argument("--out-dir", type=Path, default=Path("."))
     e.add_argument("--force", action="store_true", help="replace an existing env.json")
-    r = sub.add_parser("report", help="re-render a pack's reports (to --out, or print report.md)",
+    r = sub.add_parser("report", help="re-render a pack's reports: report.md, report.html and comment.md into --out "
+                                      "(without --out, print report.md)",
                        description="Re-render report.md, report.html and comment.md from a pack's files.")
     _pack_arg(r)
     r.add_argument("--out", type=Path, default=None, help="folder for the rendered files (outside any pack)")
@@ -206,7 +207,8 @@ def cmd_label(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import render_md, write_reports
+    from .reporting.report_md import render_md
+    from .reporting.write import write_reports
 
     pack = resolve_pack(args.pack)
     if args.out is None:
@@ -214,7 +216,7 @@ def cmd_report(args) -> int:
         return 0
     out = guard_output(args.out, force=args.force, names=("report.md", "report.html", "comment.md"))
     ensure_writable(out)
-    for path in write_reports(pack, out):
+    for path in write_reports(pack, out).all():
         print(f"WROTE {path}")
     return 0
 

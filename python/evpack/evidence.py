@@ -25,6 +25,7 @@ from .pack import (
     reserve_pack_folder,
     write_index,
 )
+from .reporting import missing_renderer
 from .runner import record_skip, run_stage
 from .signing import load_signing_key
 from .stages.order import DEPENDS_ON, STAGE_ORDER, stage_module, with_dependencies
@@ -83,6 +84,9 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
     keeps the pack, unsigned, and raises SigningFailed.
     """
     ensure_writable(packs_root)
+    no_renderer = missing_renderer()
+    if no_renderer:
+        raise PackError(no_renderer)
     signer = load_signing_key(sign_key) if sign_key else None  # bad key: error before any work
     run_facts = collect_run_facts(repo)
     to_run = with_dependencies(selected) if selected else list(STAGE_ORDER)
@@ -157,7 +161,7 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
 
 
 def _write_reports(pack_dir: Path) -> None:
-    from .report import write_reports  # the renderers load only when a report is written
+    from .reporting.write import write_reports  # the renderers load only when a report is written
 
     try:
         write_reports(pack_dir)

@@ -176,7 +176,7 @@ REQUIRED_CATCHERS: dict[int, tuple[str, ...]] = {
 # Files at a pack's root, by schema version (index.json is checked separately).
 REQUIRED_ROOT_FILES: dict[int, tuple[str, ...]] = {
     1: ("pack.json", "env.json", "report.md", "report.html"),
-    2: ("pack.json", "env.json", "report.md", "report.html"),
+    2: ("pack.json", "env.json", "report.md", "report.html", "comment.md"),
 }
 # Files written after index.json (they name its digest), never listed in it.
 UNINDEXED_FILES = ("index.json", "provenance.json", "provenance.json.sig")

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Put a pack on its pull request (called by .github/workflows/evidence.yml):
-#   scripts/lib/pr-evidence.sh comment PACK_DIR PR   create or update THE evidence comment
-#   scripts/lib/pr-evidence.sh labels  PACK_DIR PR   set the pack's labels, drop stale ones
+# Put a pack on its pull request (called by .github/workflows/evidence.yml, after `verify`):
+#   scripts/lib/pr-evidence.sh comment      PACK_DIR PR   create or update THE evidence comment (comment.md)
+#   scripts/lib/pr-evidence.sh comment-file FILE     PR   the same comment, from a prepared body
+#   scripts/lib/pr-evidence.sh labels       PACK_DIR PR   set the pack's labels, drop stale ones
+#   scripts/lib/pr-evidence.sh failed       -        PR   label evidence:failed, drop every other label of ours
 # Needs GITHUB_REPOSITORY (owner/name) and an authenticated `gh` (GH_TOKEN).
 # Environment for tests: GH (default gh), EVPACK_LABEL_CMD (default python -m evpack label),
-# EVPACK_COMMENT_AUTHOR (the login whose comment is updated; default github-actions[bot]).
+# EVPACK_PYTHON (default python), EVPACK_COMMENT_AUTHOR (the login whose comment is updated;
+# default github-actions[bot]).
 set -euo pipefail
 
 MARKER='<!-- evidence-pack -->'
@@ -15,19 +18,31 @@ die() { echo "pr-evidence: $*" >&2; exit 2; }
 verb=${1:-}
 pack=${2:-}
 pr=${3:-}
-{ [ -n "$verb" ] && [ -n "$pack" ] && [ -n "$pr" ]; } || die "usage: $0 comment|labels PACK_DIR PR"
-[ -f "$pack/pack.json" ] || die "$pack is not a pack (no pack.json)"
+{ [ -n "$verb" ] && [ -n "$pack" ] && [ -n "$pr" ]; } || die "usage: $0 comment|comment-file|labels|failed PACK_DIR|FILE|- PR"
+case $verb in
+comment | labels) [ -f "$pack/pack.json" ] || die "$pack is not a pack (no pack.json)" ;;
+comment-file) [ -f "$pack" ] || die "no such comment body file: $pack" ;;
+esac
 [[ $pr =~ ^[0-9]+$ ]] || die "PR must be a number, not '$pr'"
 repo=${GITHUB_REPOSITORY:?GITHUB_REPOSITORY (owner/name) is required}
 read -r -a GH <<<"${GH:-gh}"
 read -r -a LABEL_CMD <<<"${EVPACK_LABEL_CMD:-python -m evpack label}"
+read -r -a PY <<<"${EVPACK_PYTHON:-python}"
 
 comment() {
-    local report="$pack/report.md" body id author=${EVPACK_COMMENT_AUTHOR:-github-actions[bot]}
-    [ -f "$report" ] || die "$pack has no report.md"
+    # comment.md (made for this comment); packs older than comment.md have only report.md.
+    local report="$pack/comment.md"
+    [ -f "$report" ] || report="$pack/report.md"
+    [ -f "$report" ] || die "$pack has neither comment.md nor report.md"
+    post_comment "$report"
+}
+
+post_comment() {
+    local report=$1 body id author=${EVPACK_COMMENT_AUTHOR:-github-actions[bot]}
     body=$(mktemp)
     {
-        echo "$MARKER"
+        # The marker once, first: comment.md and report.md start with it already.
+        [ "$(head -n 1 "$report")" = "$MARKER" ] || echo "$MARKER"
         head -c "$MAX_BODY" "$report"
         if [ "$(wc -c <"$report")" -gt "$MAX_BODY" ]; then
             printf '\n\n*(report truncated: the full report.md is in the uploaded pack artifact)*\n'
@@ -63,8 +78,17 @@ has() {
 }
 
 labels() {
-    local out args=() current=() existing=() add=() remove=() edit=() i name
-    out=$("${LABEL_CMD[@]}" "$pack" --format gh-args)
+    set_labels "$("${LABEL_CMD[@]}" "$pack" --format gh-args)"
+}
+
+failed() {
+    # The pack did not verify, or there is none: nothing in it is trusted, the label is evidence:failed.
+    set_labels "$("${PY[@]}" -c 'import shlex; from evpack.labels import FAILED, gh_args
+print(" ".join(shlex.quote(a) for a in gh_args([FAILED])))')"
+}
+
+set_labels() {
+    local out=$1 args=() current=() existing=() add=() remove=() edit=() i name
     case $out in *[\'\"\\]*) die "unexpected quoting in the label arguments: $out" ;; esac
     read -r -a args <<<"$out"
     mapfile -t current < <("${GH[@]}" pr view "$pr" --repo "$repo" --json labels --jq '.labels[].name')
@@ -104,6 +128,8 @@ labels() {
 
 case $verb in
 comment) comment ;;
+comment-file) post_comment "$pack" ;;
 labels) labels ;;
-*) die "unknown verb '$verb': comment or labels" ;;
+failed) failed ;;
+*) die "unknown verb '$verb': comment, comment-file, labels or failed" ;;
 esac

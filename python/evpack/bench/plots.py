@@ -4,16 +4,28 @@ latency_by_shape.png  median latency per shape, best config of each of our varia
 tflops_roofline.png   achieved TFLOP/s per shape against the same-run roofline (FLOPs / floor time)
 speedup.png           best of ours against each SDPA backend, per shape (1.0 = parity)
 sweep.png             TFLOP/s against S at fixed B*S (the sequence sweep), when the suite has one
+
+Drawn for reading at the width report.html shows them: PAGE_WIDTH_PX wide (never scaled down on a
+page of that content width), every text at least MIN_TEXT_PX pixels high, and at most SHAPES_PER_ROW
+shapes per panel (more shapes wrap into further panels below).
 """
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 FILES = ("latency_by_shape.png", "tflops_roofline.png", "speedup.png", "sweep.png")
+PAGE_WIDTH_PX = 1200  # the content width of report.html (reporting/templates/report.html.j2)
+DPI = 100
+MIN_TEXT_PX = 10
+SHAPES_PER_ROW = 12
+SWEEP_COLUMNS = 3
+STYLE = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "xtick.labelsize": 8.5,
+         "ytick.labelsize": 9, "legend.fontsize": 9, "figure.titlesize": 12}
 
 
 def _label(r: dict) -> str:
@@ -41,7 +53,7 @@ def series(rows: list[dict], mode: str) -> tuple[list[str], dict[str, dict[str, 
     return shapes, dict(out)
 
 
-def _bars(ax, shapes, data: dict[str, list], ylabel: str, log_y: int = 0, baseline: float = 0.0) -> None:
+def _bars(ax, shapes, data: dict[str, list], log_y: int = 0, baseline: float = 0.0) -> None:
     """Grouped bars; with a baseline (speedup 1.0) bars grow up or down from it."""
     import numpy as np
     from matplotlib.ticker import ScalarFormatter
@@ -52,26 +64,46 @@ def _bars(ax, shapes, data: dict[str, list], ylabel: str, log_y: int = 0, baseli
     for i, (label, ys) in enumerate(data.items()):
         heights = [y - baseline if y is not None else float("nan") for y in ys]
         ax.bar(x + (i - (n - 1) / 2) * width, heights, width, bottom=baseline or None, label=label)
-    ax.set_xticks(x, [_short(s) for s in shapes], fontsize=7)
-    ax.set_ylabel(ylabel)
+    ax.set_xticks(x, [_short(s) for s in shapes])
+    ax.set_xlim(-0.6, max(len(shapes), SHAPES_PER_ROW) - 0.4)  # the same bar width in every panel
     if log_y:
         ax.set_yscale("log", base=log_y)
         ax.yaxis.set_major_formatter(ScalarFormatter())
-    ax.legend(fontsize=7, ncol=min(n, 5))
     ax.grid(axis="y", alpha=0.3)
 
 
-def _fig(n_shapes: int):
+def _chunks(shapes: list[str]) -> list[list[str]]:
+    return [shapes[i:i + SHAPES_PER_ROW] for i in range(0, len(shapes), SHAPES_PER_ROW)]
+
+
+def _panels(n_panels: int, ncols: int = 1, panel_h_in: float = 3.0):
+    """A PAGE_WIDTH_PX-wide figure of n_panels axes (ncols per row), room for a title and one legend."""
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=(max(8.0, 0.9 * n_shapes + 2), 4.5), layout="constrained")
+    nrows = math.ceil(n_panels / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(PAGE_WIDTH_PX / DPI, 1.3 + panel_h_in * nrows), dpi=DPI,
+                             layout="constrained", squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[n_panels:]:
+        ax.set_visible(False)
+    return fig, flat[:n_panels]
+
+
+def _legend(fig, axes) -> None:
+    """One legend for the figure, below the panels (labels in first-seen order)."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(lab, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=min(len(seen), 10))
 
 
 def _save(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    fig.savefig(tmp, dpi=DPI)
     plt.close(fig)
     tmp.replace(path)
     return path
@@ -90,49 +122,63 @@ def make_all(rows: list[dict], out_dir: Path, mode: str) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     shapes, ser = series(rows, mode)
     if not shapes:
         return []
+    with plt.rc_context(STYLE):
+        return _draw(rows, ser, shapes, out_dir, mode)
+
+
+def _draw(rows, ser, shapes, out_dir: Path, mode: str) -> list[Path]:
+    chunks = _chunks(shapes)
     written = []
-    fig, ax = _fig(len(shapes))
-    _bars(ax, shapes, {k: [v[s]["median_us"] if s in v else None for s in shapes] for k, v in ser.items()},
-          "median latency (µs, log)", log_y=10)
-    ax.set_title(f"Latency by shape ({mode} mode)")
+    fig, axes = _panels(len(chunks))
+    for ax, part in zip(axes, chunks, strict=True):
+        _bars(ax, part, {k: [v[s]["median_us"] if s in v else None for s in part] for k, v in ser.items()},
+              log_y=10)
+        ax.set_ylabel("median µs (log)")
+    fig.suptitle(f"Latency by shape ({mode} mode; B x H x S, head dim, dtype, c = causal)")
+    _legend(fig, axes)
     written.append(_save(fig, out_dir / FILES[0]))
 
-    fig, ax = _fig(len(shapes))
-    x = range(len(shapes))
-    for label, v in ser.items():
-        ax.plot(x, [v[s]["tflops"] if s in v else float("nan") for s in shapes], "o", label=label, ms=5)
     roof = {}
     for v in ser.values():
         for s, r in v.items():
             roof[s] = r["tflops"] * r["median_us"] / r["floor_us"]  # FLOPs / floor time
-    ax.plot(x, [roof.get(s, float("nan")) for s in shapes], "k_", ms=18, mew=2, label="roofline (same run)")
-    ax.set_xticks(list(x), [_short(s) for s in shapes], fontsize=7)
-    ax.set_ylabel("TFLOP/s")
-    ax.set_title(f"Achieved TFLOP/s against the roofline ({mode} mode)")
-    ax.legend(fontsize=7, ncol=4)
-    ax.grid(alpha=0.3)
+    fig, axes = _panels(len(chunks))
+    for ax, part in zip(axes, chunks, strict=True):
+        x = range(len(part))
+        for label, v in ser.items():
+            ax.plot(x, [v[s]["tflops"] if s in v else float("nan") for s in part], "o", label=label, ms=5)
+        ax.plot(x, [roof.get(s, float("nan")) for s in part], "k_", ms=18, mew=2, label="roofline (same run)")
+        ax.set_xticks(list(x), [_short(s) for s in part])
+        ax.set_xlim(-0.6, max(len(part), SHAPES_PER_ROW) - 0.4)
+        ax.set_ylabel("TFLOP/s")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"Achieved TFLOP/s against the same-run roofline ({mode} mode)")
+    _legend(fig, axes)
     written.append(_save(fig, out_dir / FILES[1]))
 
     ours = [k for k in ser if not k.startswith("sdpa:")]
     best = {s: min((ser[k][s] for k in ours if s in ser[k]), key=lambda r: r["median_us"], default=None)
             for s in shapes}
     backends = [k for k in ser if k.startswith("sdpa:")]
-    fig, ax = _fig(len(shapes))
-    _bars(ax, shapes, {f"vs {b}": [best[s]["speedup_vs"].get(b[5:]) if best[s] else None for s in shapes]
-                       for b in backends}, "speedup of our best (×, log2)", log_y=2, baseline=1.0)
-    ax.axhline(1.0, color="k", lw=1)
-    ax.set_title(f"Best of ours against each SDPA backend ({mode} mode; > 1 = faster)")
+    fig, axes = _panels(len(chunks))
+    for ax, part in zip(axes, chunks, strict=True):
+        _bars(ax, part, {f"vs {b}": [best[s]["speedup_vs"].get(b[5:]) if best[s] else None for s in part]
+                         for b in backends}, log_y=2, baseline=1.0)
+        ax.axhline(1.0, color="k", lw=1)
+        ax.set_ylabel("× (log2)")
+    fig.suptitle(f"Speedup of our best against each SDPA backend ({mode} mode; > 1 = ours faster)")
+    _legend(fig, axes)
     written.append(_save(fig, out_dir / FILES[2]))
 
     groups = sweep_groups(rows, mode)
     if groups:
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4.2), layout="constrained", squeeze=False)
-        for ax, ((H, D, dtype, causal, tokens), gshapes) in zip(axes[0], sorted(groups.items()), strict=True):
+        fig, axes = _panels(len(groups), ncols=min(len(groups), SWEEP_COLUMNS), panel_h_in=3.4)
+        for ax, ((H, D, dtype, causal, tokens), gshapes) in zip(axes, sorted(groups.items()), strict=True):
             for label, v in ser.items():
                 pts = [(v[s]["S"], v[s]["tflops"]) for s in gshapes if s in v]
                 if pts:
@@ -142,6 +188,7 @@ def make_all(rows: list[dict], out_dir: Path, mode: str) -> list[Path]:
             ax.set_ylabel("TFLOP/s")
             ax.set_title(f"H={H} D={D} {dtype}{' causal' if causal else ''}")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+        fig.suptitle(f"Sequence sweep at a fixed token count ({mode} mode)")
+        _legend(fig, axes)
         written.append(_save(fig, out_dir / FILES[3]))
     return written

@@ -17,6 +17,8 @@ A stage module (python/evpack/stages/<name>.py) defines:
         What this stage tells the pack as a whole (binary digest, regression, speedup).
     def report_md(stage_dir: Path, outcome: StageOutcome) -> str   (optional)
         A markdown section for report.md (tables, quoted tool lines).
+    def headline_md(stage_dir: Path, outcome: StageOutcome) -> str   (optional)
+        A short markdown block shown right after the gate table (the bench leaderboard).
     def figures(stage_dir: Path) -> list[Path]   (optional)
         PNG files inside stage_dir to embed in report.html.
 

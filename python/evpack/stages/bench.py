@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from ..bench import plots, report
+from ..bench import plots
 from ..bench import summary as sm
 from ..bench.compare import compare_rows, regressions
 from ..bench.suites import ADHOC, Suite, load_suite, with_adhoc
@@ -219,12 +219,23 @@ def facts(outcome: StageOutcome, pack: PackFacts) -> PackFacts:
                       canonical_speedup=outcome.data.get("canonical_speedup"))
 
 
+def headline_md(stage_dir: Path, outcome: StageOutcome) -> str:
+    """The canonical-shape leaderboard, shown near the top of the reports (never for an errored stage)."""
+    if outcome.status not in (PASS, FAIL):
+        return ""
+    from ..reporting.bench_sections import canonical_leaderboard
+
+    return "\n".join(canonical_leaderboard(stage_dir))
+
+
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
-    return report.render(stage_dir, outcome)
+    from ..reporting.bench_sections import render
+
+    return render(stage_dir, outcome, leaderboard=False)
 
 
 def figures(stage_dir: Path) -> list[Path]:
     return [stage_dir / f for f in plots.FILES if (stage_dir / f).is_file()]
 
 
-__all__ = ["NAME", "NEEDS_GPU", "TIMEOUT_S", "run", "derive", "report_md", "figures"]
+__all__ = ["NAME", "NEEDS_GPU", "TIMEOUT_S", "run", "derive", "headline_md", "report_md", "figures"]

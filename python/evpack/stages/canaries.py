@@ -79,5 +79,6 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     lines = ["| canary | planted fault | expected catch | caught? | observed |", "|---|---|---|---|---|"]
     for r in outcome.data.get("matrix", []):
         caught = {True: "yes", False: "NO", None: "not run"}[r["caught"]]
-        lines.append(f"| {r['canary']} | {r['fault']} | {r['gate']} | {caught} | {r['observed']} |")
+        observed = str(r["observed"]).replace("`", "'").replace("|", "\\|")  # tool text: a code span
+        lines.append(f"| {r['canary']} | {r['fault']} | {r['gate']} | {caught} | `{observed}` |")
     return "\n".join(lines)

@@ -315,11 +315,17 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
                          f"{r['hfma2_mma']} | {r['ffma']} | {r['mufu']} | {r['ldsm']} | {r['ldgsts']} | "
                          f"{r['ldl']}/{r['stl']} | {status} |")
         lines.append("")
-        for r in sorted((r for r in rows if r["arch"] == arch and r["kind"] == "tensor"), key=_label):
+        tensor_rows = sorted((r for r in rows if r["arch"] == arch and r["kind"] == "tensor"), key=_label)
+        if tensor_rows:
+            lines += [f"<details><summary>First tensor-core instructions of {len(tensor_rows)} kernels "
+                      f"({arch})</summary>", ""]
+        for r in tensor_rows:
             lines.append(f"First tensor-core instructions of {_label(r)} ({arch}):")
             lines.append("```")
             lines += [f"/*{q['address']}*/ {q['text']}" for q in r["first_tensor_lines"]] or ["(none)"]
             lines.append("```")
+        if tensor_rows:
+            lines += ["", "</details>", ""]
         others = sorted({r["arch"] for r in rows} - {arch})
         for a in others:
             rs = [r for r in rows if r["arch"] == a and not r["canary"]]

@@ -1,13 +1,13 @@
-"""Markdown section of the bench stage, rendered from the files in the stage folder only."""
+"""The benchmark sections of the reports, rendered from the files in the bench stage folder only."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from . import ceilings as ceilings_mod
-from .baselines import BACKENDS, classify_kernels
-from .compare import compare_rows
-from .compare import render as render_diff
+from ..bench import ceilings as ceilings_mod
+from ..bench.baselines import BACKENDS, classify_kernels
+from ..bench.compare import compare_rows
+from ..bench.compare import render as render_diff
 
 SKIP_MARK = {"unsupported": "unsupported", "skipped": "skipped", "error": "error", "fail": "FAIL"}
 
@@ -47,6 +47,37 @@ def leaderboard_md(board: list[dict]) -> list[str]:
                    "× default", "graph µs", "status"], rows)
 
 
+def top_rows(board: list[dict], n: int) -> list[dict]:
+    """The first n rows, plus our best row and SDPA default's when they rank lower (the ratio's two sides)."""
+    keep = list(board[:n])
+    ours = next((e for e in board if e["impl"] == "evpack" and e["status"] == "ok"), None)
+    default = next((e for e in board if e["impl"] == "sdpa" and e["variant"] == "default"), None)
+    for e in (default, ours):
+        if e is not None and e not in keep:
+            keep.append(e)
+    return sorted(keep, key=lambda e: e["rank"])
+
+
+def canonical_leaderboard(stage_dir: Path, max_rows: int | None = None, level: int = 2) -> list[str]:
+    """Heading + leaderboard table at the canonical shape ([] when the pack has no benchmark summary)."""
+    summary = _load(stage_dir / "summary.json")
+    if not summary or not summary.get("leaderboard"):
+        return []
+    board = summary["leaderboard"]
+    shown = board if max_rows is None or len(board) <= max_rows else top_rows(board, max_rows)
+    more = "" if len(shown) == len(board) else f"; {len(shown)} of {len(board)} rows"
+    params = summary["canonical"].replace(",", ", ").replace("causal=0", "non-causal").replace("causal=1", "causal")
+    lines = [f"{'#' * level} Leaderboard at the canonical shape ({params}; {summary['primary_mode']} mode{more})", ""]
+    lines += leaderboard_md(shown)
+    cs = summary.get("canonical_speedup")
+    if cs is not None:
+        vs = summary.get("canonical_speedup_vs") or {}
+        others = ", ".join(f"{f(v, '.2f')}× {b}" for b, v in vs.items() if b != "default" and v is not None)
+        lines += ["", f"Best of ours: `{summary['canonical_best']}` = **{cs:.2f}×** SDPA default"
+                  + (f" ({others})" if others else "") + "."]
+    return lines
+
+
 def per_shape_md(rows: list[dict], mode: str) -> list[str]:
     shapes = []
     for r in rows:
@@ -84,7 +115,8 @@ def _problems(rows: list[dict]) -> list[str]:
     return out
 
 
-def render(stage_dir: Path, outcome) -> str:
+def render(stage_dir: Path, outcome, *, leaderboard: bool = True) -> str:
+    """The benchmark section; with leaderboard=False the canonical leaderboard is left to the report's top."""
     summary = _load(stage_dir / "summary.json")
     run = _load(stage_dir / "run.json") or {}
     lines = ["## Benchmark", "", f"**Status: {outcome.status}** — {outcome.reason}", ""]
@@ -111,8 +143,10 @@ def render(stage_dir: Path, outcome) -> str:
     lines += [f"**Canonical shape** `{summary['canonical']}` ({mode}): "
               + (f"best `{summary['canonical_best']}` = **{cs:.2f}×** SDPA default" if cs is not None
                  else "no timed variant of ours at this shape"), ""]
-    if summary.get("leaderboard"):
+    if summary.get("leaderboard") and leaderboard:
         lines += [f"### Leaderboard (canonical shape, {mode} mode)", ""] + leaderboard_md(summary["leaderboard"]) + [""]
+    elif summary.get("leaderboard"):
+        lines += ["The leaderboard at the canonical shape is at the top of this report.", ""]
     lines += [f"### Per shape ({mode} mode)", ""] + per_shape_md(rows, mode) + [""]
     for other in ("graph", "warm"):
         if other != mode and any(r["mode"] == other for r in rows):

@@ -1,0 +1,241 @@
+"""The reports: report.md, report.html (markdown-it-py + jinja2) and comment.md, on the committed
+reference packs (re-rendered into tmp_path with today's code) and on packs of the stand-in stages."""
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import pytest
+import tomllib
+from conftest import REPO, fake_pack, run_cli, verify_fake
+
+from evpack.reporting import RENDERER_PINS
+from evpack.reporting.comment_md import COMMENT_MAX_CHARS, ci_links, fit, render_comment
+from evpack.reporting.common import MARKER
+from evpack.reporting.report_html import markdown_to_html
+from evpack.reporting.report_md import LONG_TABLE_ROWS, collapse_long_tables
+from evpack.reporting.write import write_reports
+from evpack.stages.base import read_json
+
+REFERENCE = REPO / "artifacts" / "reference"
+FULL = REFERENCE / "20261121T142018Z-b40b5c2fd4c6"  # nox -s evidence -- --suite full, evidence:complete
+BENCH_ONLY = REFERENCE / "20261121T142707Z-b40b5c2fd4c6"  # nox -s bench -- --suite full, evidence:partial
+CI_ENV = {"GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "octo/kernels", "GITHUB_RUN_ID": "4242"}
+
+
+@pytest.fixture(scope="module")
+def full_reports(tmp_path_factory):
+    out = tmp_path_factory.mktemp("full")
+    files = write_reports(FULL, out, environ=CI_ENV)
+    return {p.name: p.read_text(encoding="utf-8") for p in files.all()}
+
+
+def _order(text: str, *needles: str) -> None:
+    at = [text.find(n) for n in needles]
+    assert all(i >= 0 for i in at), dict(zip(needles, at, strict=True))
+    assert at == sorted(at), dict(zip(needles, at, strict=True))
+
+
+# ----------------------------------------------------------------------------------------- pins
+def test_renderer_pins_match_pyproject():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    for group in (project["dependencies"], project["optional-dependencies"]["cpu"]):
+        pins = dict(d.split("==") for d in group if "==" in d)
+        for dist, version in RENDERER_PINS.items():
+            assert pins.get(dist) == version, (dist, version, group)
+    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "reporting/templates/*.j2" in package_data["evpack"]
+
+
+# ------------------------------------------------------------------------------------- comment.md
+def test_comment_of_the_full_reference_pack(full_reports):
+    c = full_reports["comment.md"]
+    assert len(c) <= COMMENT_MAX_CHARS
+    assert c.startswith(MARKER + "\n# Evidence pack `20261121T142018Z-b40b5c2fd4c6`: **evidence:complete**")
+    _order(c, "Labels: `evidence:complete`, `tensor-cores-verified`", "## Gates", "## Leaderboard at the canonical",
+           "## Regressions", "## Skipped")
+    pj = read_json(FULL / "pack.json")
+    for gate, v in pj["gates"].items():
+        assert f"| {gate} | {v['status'].upper()} |" in c
+    board = [ln for ln in c[c.index("## Leaderboard"):c.index("## Regressions")].splitlines() if ln.startswith("| ")]
+    assert len(board) == 1 + 8  # header + the top 8 of 12 rows
+    assert "| 3 | evpack | mma | m64n64w4s2 | 66.94 |" in c
+    assert "Best of ours: `mma/m64n64w4s2` = **0.73×** SDPA default" in c
+    assert "No baseline to compare with" in c and "Nothing was skipped" in c
+    # The CI links of the environment it was rendered in.
+    assert "[https://github.com/octo/kernels/actions/runs/4242](https://github.com/octo/kernels/actions/runs/4242)" in c
+    assert "https://github.com/octo/kernels/actions/runs/4242#artifacts" in c
+    assert "https://github.com/octo/kernels/commit/b40b5c2fd4c6d1ffc1e4d90221a8922f584ada8f" in c
+
+
+def test_comment_of_the_bench_only_pack_says_what_was_skipped():
+    c = render_comment(BENCH_ONLY, environ={})
+    assert "**evidence:partial**" in c and "actions/runs" not in c
+    assert "- ptxas, sass, tensor_proof, sanitize, correctness, stability, canaries: not selected for this run" in c
+    assert "gates not run (never a pass): ptxas_resources, sass_tensor_proof" in c
+    assert "No row of ours is slower than pack `20261121T142018Z-b40b5c2fd4c6`" in c
+    assert "669 SAME, 2 FASTER, 1 SLOWER" in c
+
+
+def test_ci_links_need_all_three_variables():
+    assert ci_links({}) == {}
+    assert ci_links({**CI_ENV, "GITHUB_RUN_ID": ""}) == {}
+    assert ci_links({**CI_ENV, "GITHUB_RUN_ID": "12; rm -rf /"}) == {}
+    assert ci_links({**CI_ENV, "GITHUB_RUN_ATTEMPT": "2"})["run"].endswith("/actions/runs/4242/attempts/2")
+
+
+def test_fit_cuts_at_a_line_boundary_and_says_so():
+    lines = [f"- row {i} " + "x" * 90 for i in range(500)]
+    text = fit(lines)
+    assert len(text) <= COMMENT_MAX_CHARS and "cut at the comment limit" in text
+    assert text.split("\n\n*(cut")[0].splitlines()[-1] in lines  # no half line
+    assert fit(["short"]) == "short"
+
+
+def test_failed_pack_comment_names_failures_and_skips(tmp_path, fake_env):
+    fake_env({"correctness": "fail", "sanitize": "skipped", "sass": "error"})
+    pack = fake_pack(tmp_path / "packs")
+    c = (pack / "comment.md").read_text()
+    assert "**evidence:failed**" in c.splitlines()[1]
+    assert "- **sass** ERROR: sass says error" in c and "- **correctness** FAIL: correctness says fail" in c
+    assert "- sanitize: sanitize says skipped" in c
+    assert "comment.md" in read_json(pack / "index.json")["files"]  # written before the index: hashed
+    assert verify_fake(pack) == []
+
+
+# -------------------------------------------------------------------------------------- report.md
+def test_report_md_puts_verdict_gates_and_leaderboard_first(full_reports):
+    md = full_reports["report.md"]
+    assert md.startswith(MARKER + "\n# Evidence pack `20261121T142018Z-b40b5c2fd4c6`: **evidence:complete**")
+    _order(md, "## Gates", "## Leaderboard at the canonical shape", "## Pack", "## Stages", "## ptxas", "## bench")
+    assert md.count("| # | impl | variant |") == 1  # the leaderboard once, at the top
+    # The long tables are collapsed: PTXAS (84 rows), SASS, tensor proof, correctness, per shape.
+    for name in ("PTXAS resources — pass (table of 84 rows)", "First tensor-core instructions of",
+                 "tensor_proof (table of 56 rows)", "correctness (table of 28 rows)",
+                 "Per shape (cold mode) (table of 24 rows)"):
+        assert f"<details><summary>{name}" in md, name
+
+
+def test_collapse_long_tables():
+    def tbl(n: int) -> list[str]:
+        return ["| a | b |", "|---|---|"] + [f"| {i} | x |" for i in range(n)]
+
+    md = "\n".join(["### Short", "", *tbl(LONG_TABLE_ROWS), "", "### Long `one`", "", *tbl(LONG_TABLE_ROWS + 1),
+                    "", "<details><summary>mine</summary>", "", *tbl(40), "", "</details>", "", "```",
+                    *tbl(30), "```"])
+    out = collapse_long_tables(md)
+    assert out.count("<details>") == 2  # the long one, and the one that already was
+    assert f"<details><summary>Long one (table of {LONG_TABLE_ROWS + 1} rows)</summary>\n\n| a | b |" in out
+    assert out.count("</details>") == 2
+    assert out.endswith("\n".join(["```", *tbl(30), "```"]))  # fenced text untouched
+
+
+# ------------------------------------------------------------------------------------ report.html
+class _Page(HTMLParser):
+    """Tables (with their body row count), whether each sits inside <details>, images, and text."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.details = 0
+        self.tables: list[dict] = []
+        self.images: list[dict] = []
+        self.text: list[str] = []
+        self.links: list[str] = []
+        self._open: list[dict] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "details":
+            self.details += 1
+        elif tag == "table":
+            self._open.append({"rows": 0, "in_details": self.details > 0})
+        elif tag == "tr" and self._open:
+            self._open[-1]["rows"] += 1
+        elif tag == "img":
+            self.images.append(a)
+        for k in ("href", "src"):
+            if k in a:
+                self.links.append(a[k])
+
+    def handle_endtag(self, tag):
+        if tag == "details":
+            self.details -= 1
+        elif tag == "table" and self._open:
+            self.tables.append(self._open.pop())
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_report_html_renders_html_and_collapses_long_tables(full_reports):
+    html = full_reports["report.html"]
+    page = _Page()
+    page.feed(html)
+    text = "".join(page.text)
+    for tag in ("details", "summary", "br", "table", "td"):
+        assert f"<{tag}" not in text and f"&lt;{tag}" not in html, tag  # elements, never escaped text
+    assert html.count("<details>") >= 5 and html.count("<summary>") == html.count("<details>")
+    assert "</code><br><code>" in html  # the SDPA kernel list of a table cell
+    long_tables = [t for t in page.tables if t["rows"] - 1 > LONG_TABLE_ROWS]
+    assert long_tables and all(t["in_details"] for t in long_tables)
+    top = [t for t in page.tables if not t["in_details"]]
+    assert top[0]["rows"] == 1 + 10 and top[1]["rows"] == 1 + 12  # gates, then the canonical leaderboard
+    # Self-contained: every image is a data: URI, nothing is fetched from anywhere.
+    assert len(page.images) == 4 and all(i["src"].startswith("data:image/png;base64,") for i in page.images)
+    assert all(link.startswith(("data:", "#")) for link in page.links)
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", html) and "@import" not in html
+    assert '<body class="verdict-complete">' in html
+    assert re.search(r'<meta name="generator" content="evpack [^"]*markdown-it-py 4\.3\.0; jinja2 3\.1\.6"', html)
+    assert "Invalid __global__ write" in text  # tool text stays literal (a code span), not bold
+
+
+def test_markdown_renderer_passes_html_through():
+    out = markdown_to_html("<details><summary>S</summary>\n\n| a | b |\n|---|---|\n| x<br>y | p \\| q |\n\n</details>\n")
+    assert out.startswith("<details><summary>S</summary>\n<table>")
+    assert "<td>x<br>y</td>" in out and "<td>p | q</td>" in out and out.rstrip().endswith("</details>")
+
+
+def test_report_cli_writes_all_three_outside_the_pack(tmp_path):
+    out = tmp_path / "r"
+    proc = run_cli("report", str(BENCH_ONLY), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"WROTE {out / n}" for n in ("report.md", "report.html", "comment.md")]
+    assert (out / "comment.md").read_text().startswith(MARKER)
+
+
+def test_verify_does_not_import_the_renderer(tmp_path):
+    """verify runs on the standard library: hide the renderer's modules and it still verifies."""
+    import os
+    import subprocess
+    import sys
+
+    for mod in ("markdown_it", "jinja2", "markupsafe", "mdurl"):
+        (tmp_path / mod).mkdir()
+        (tmp_path / mod / "__init__.py").write_text(f"raise ImportError('{mod} hidden for this test')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO / "python")]))
+    proc = subprocess.run([sys.executable, "-m", "evpack", "verify", str(FULL)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("verified"), proc.stdout + proc.stderr
+
+
+def test_evidence_refuses_to_start_without_the_renderer(tmp_path, fake_env, monkeypatch):
+    from evpack.pack import PackError
+
+    fake_env({})
+    monkeypatch.setattr("evpack.evidence.missing_renderer", lambda: "the report renderer is not importable: x")
+    with pytest.raises(PackError, match="renderer is not importable"):
+        fake_pack(tmp_path / "packs")
+    assert not (tmp_path / "packs").exists() or not any((tmp_path / "packs").iterdir())
+
+
+def test_missing_renderer_names_the_pins(monkeypatch):
+    import importlib.util
+
+    from evpack import reporting
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "markdown_it" else real(name, *a))
+    msg = reporting.missing_renderer()
+    assert msg and "markdown-it-py==4.3.0" in msg and "jinja2" not in msg
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    assert reporting.missing_renderer() is None
