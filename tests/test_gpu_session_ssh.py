@@ -222,8 +222,14 @@ def test_session_sync_run_drop_follow_fetch_guard(world):
     pack = co / "artifacts" / "packs" / PACK_ID
     assert (pack / "index.json").is_file() and (pack / "pack.json").is_file()
     assert os.readlink(co / "artifacts" / "packs" / "latest") == PACK_ID
-    assert (world["stubs"] / "verified").read_text() == f"{pack} True\n"
-    assert not list((co / "artifacts" / "packs").glob(".*partial"))
+    # Verified in its .partial folder before it was moved into place; nothing else left behind.
+    checked, ok_word = (world["stubs"] / "verified").read_text().split()
+    assert ok_word == "True" and Path(checked).name == PACK_ID, checked
+    assert Path(checked).parent.name.startswith(f".{PACK_ID}.partial."), checked
+    assert sorted(p.name for p in (co / "artifacts" / "packs").iterdir()) == [PACK_ID, "latest"]
+    # Fetching the same pack again never replaces it.
+    r = gs(world, doc.argv("scripts/gpu-session fetch"))
+    assert ok(r, 8) and "already here" in r.stderr
 
     # Idle guard after the run: not idle for 30 minutes yet -> nothing; idle -> warn or stop.
     out = ok(gs(world, doc.argv("scripts/idle-guard --minutes 30")))

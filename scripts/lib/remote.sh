@@ -13,6 +13,11 @@
 #
 # Verbs: prepare | synced | probe | start CMD HEARTBEAT_S STARTED RATE | follow OFFSET | latest
 # Exit codes: 0 ok, 3 a run is already active, 4 nothing there (no run, no pack), 6 stale run.
+#
+# The files under .evpack-run/ can be written by the code under test: what this script
+# prints from them is the first line only, and only when it has the expected form. It never
+# does arithmetic on their text unchecked. (gpu-session checks every answer again: a host
+# that does not run this script can answer anything.)
 set -euo pipefail
 
 verb=${1:?verb}
@@ -20,17 +25,25 @@ dir=${2:?remote dir}
 shift 2
 R=.evpack-run
 
-mtime() { if [ -e "$1" ]; then stat -c %Y "$1"; else echo 0; fi; }
+mtime() { if [ -e "$1" ]; then stat -c %Y -- "$1"; else echo 0; fi; }
+
+# first_line FILE REGEX: the file's first line when it matches REGEX, else nothing.
+first_line() {
+    local line=''
+    if [ -f "$1" ]; then IFS= read -r line <"$1" || true; fi
+    if [[ $line =~ $2 ]]; then printf '%s' "$line"; fi
+}
 
 # A run is active when its state says running and its heartbeat is younger than this.
 stale_after() {
-    local hb=10
-    [ -f "$R/heartbeat_s" ] && hb=$(cat "$R/heartbeat_s")
-    echo $((3 * ${hb%.*} + 5))
+    local hb
+    hb=$(first_line "$R/heartbeat_s" '^[0-9]{1,6}([.][0-9]+)?$')
+    hb=${hb%.*}
+    echo $((3 * 10#${hb:-10} + 5))
 }
 
 cd_dir() {
-    cd "$dir" 2>/dev/null || {
+    cd -- "$dir" 2>/dev/null || {
         echo "remote dir '$dir' does not exist: run 'scripts/gpu-session sync' first" >&2
         exit 4
     }
@@ -38,7 +51,7 @@ cd_dir() {
 
 case $verb in
 prepare)
-    mkdir -p "$dir/$R"
+    mkdir -p -- "$dir/$R"
     ;;
 synced)
     cd_dir
@@ -48,29 +61,33 @@ synced)
 probe)
     # key=value lines; all times come from this host's clock, so no clock skew matters.
     echo "now=$(date +%s)"
-    if ! cd "$dir" 2>/dev/null; then
+    if ! cd -- "$dir" 2>/dev/null; then
         echo "dir=missing"
         echo "state=none"
         exit 0
     fi
     echo "dir=present"
     state=none
-    [ -f "$R/state" ] && state=$(cat "$R/state")
+    if [ -f "$R/state" ]; then
+        state=$(first_line "$R/state" '^(running|done:[0-9]{1,3})$')
+        state=${state:-unknown}
+    fi
     echo "state=$state"
     echo "state_mtime=$(mtime "$R/state")"
     echo "hb_mtime=$(mtime "$R/heartbeat")"
     echo "sync_mtime=$(mtime "$R/synced")"
     echo "stale_after=$(stale_after)"
-    echo "run_id=$(cat "$R/run_id" 2>/dev/null || true)"
+    echo "run_id=$(first_line "$R/run_id" '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$')"
     log_size=0
     [ -f "$R/log" ] && log_size=$(stat -c %s "$R/log")
     echo "log_size=$log_size"
-    pid=$(cat "$R/pid" 2>/dev/null || true)
+    pid=$(first_line "$R/pid" '^[1-9][0-9]{0,9}$')
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "pid_alive=1"; else echo "pid_alive=0"; fi
     ;;
 start)
     cmd=${1:?command}
     hb=${2:-10}
+    [[ $hb =~ ^[0-9]{1,6}([.][0-9]+)?$ ]] || { echo "heartbeat period '$hb' is not a number of seconds" >&2; exit 2; }
     started=${3:-}
     rate=${4:-}
     cd_dir
@@ -125,6 +142,8 @@ follow)
     # Stream the log from byte OFFSET until the run is over. The state is read before
     # the log each round: the runner writes its last log byte before it writes done:*.
     off=${1:-0}
+    [[ $off =~ ^[0-9]{1,18}$ ]] || { echo "follow: offset '$off' is not a number" >&2; exit 2; }
+    off=$((10#$off))
     cd_dir
     [ -f "$R/log" ] || { echo "no run has been started in '$dir'" >&2; exit 4; }
     while :; do
@@ -154,7 +173,12 @@ latest)
     "$(pwd -P)/artifacts/packs/"*) ;;
     *) echo "the latest pack '$target' is not under $dir/artifacts/packs" >&2; exit 4 ;;
     esac
-    basename "$target"
+    name=$(basename -- "$target")
+    [[ $name =~ ^[0-9]{8}T[0-9]{6}Z-[0-9a-z]{5,12}(-dirty)?(-[0-9]+)?$ ]] || {
+        printf 'the latest pack %q is not named by a pack id\n' "$name" >&2
+        exit 4
+    }
+    echo "$name"
     ;;
 *)
     echo "remote.sh: unknown verb '$verb'" >&2
