@@ -36,6 +36,11 @@ def _run_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--cost-per-hour", type=float, default=None, help="GPU $/hour for the cost line")
     ap.add_argument("--previous-pack", default=None, help="pack to compare the benchmark against")
     ap.add_argument("--no-verify", action="store_true", help="skip the final verify")
+    ap.add_argument("--baseline", default=None, metavar="REF",
+                    help="also build REF (commit, branch, tag) and time it against this checkout in the same "
+                         "run: bench/ab.json")
+    ap.add_argument("--self-check", action="store_true",
+                    help="A/B of HEAD against itself (measures the A/B rule's false-positive rate)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,11 +78,31 @@ def _options(args) -> dict:
             "cost_per_hour": args.cost_per_hour, "previous_pack": args.previous_pack}
 
 
+def _baseline(args, selected):
+    """--baseline / --self-check checked before any stage runs (BaselineError: exit 2); None without them."""
+    from .bench.baseline_build import BaselineError, validate
+    from .stages.order import with_dependencies
+
+    spec = validate(REPO, args.baseline, args.self_check)
+    if spec is not None and "bench" not in with_dependencies(selected or STAGE_ORDER):
+        raise BaselineError("--baseline/--self-check need the bench stage (run `bench` or `evidence`)")
+    return spec
+
+
 def cmd_evidence(args, selected) -> int:
-    from .evidence import run_evidence
+    import contextlib
+
+    from .bench.baseline_build import prepared_baseline
+    from .evidence import gpu_available, run_evidence
     from .verify import verify_pack
 
-    pack = run_evidence(REPO, selected=selected, packs_root=args.packs_dir.resolve(), options=_options(args))
+    spec = _baseline(args, selected)
+    options = _options(args)
+    with contextlib.ExitStack() as stack:
+        if spec is not None:  # the worktree exists (or exit 2) before any stage; removed after the run
+            options["baseline"] = stack.enter_context(
+                prepared_baseline(REPO, spec, build_now=gpu_available()[0]))
+        pack = run_evidence(REPO, selected=selected, packs_root=args.packs_dir.resolve(), options=options)
     if args.no_verify:
         return 0
     problems = verify_pack(pack)
