@@ -157,7 +157,16 @@ def test_build_ab_joins_rows_and_lists_one_sided_ones():
     json.dumps(out)  # JSON-serialisable as written
     md = ab.render_markdown(out)
     assert md.index("SLOWER") < md.index("UNSURE") and "mma/newcfg" in md and "mma/gone" in md
+    assert "**UNSURE** (base fail" in md and "| mma/slow |" in md and "+8." in md
     assert "3 rows, 1 SAME, 1 SLOWER, 1 UNSURE, 1 new, 1 removed" in ab.summary_line(out)
+
+
+def test_base_that_never_ran_is_an_ab_error(tmp_path):
+    heads, hs, bases, _ = _standin()
+    broken = [dict(r, status="error", reason="RuntimeError: forward() got 8 arguments") for r in bases]
+    out = ab_stage.write(tmp_path, _meta(), heads, hs, broken, {})
+    assert out["status"] == "error" and out["rows"] == [] and "forward() got 8 arguments" in out["reason"]
+    assert ab_stage.derive(tmp_path, heads, hs, "b" * 40) == (out, "")
 
 
 def test_build_ab_error_has_no_rows_and_says_why():
@@ -173,6 +182,7 @@ def test_ab_files_round_trip_and_tampering_is_found(tmp_path):
     written = ab_stage.write(tmp_path, _meta(), heads, hs, bases, bs)
     again, problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)
     assert problem == "" and again["rows"] == written["rows"]
+    assert ab_stage.report_section(tmp_path).startswith("### A/B in one run: head hhhhhhhhhhhh against base")
     # a verdict edited by hand
     data = json.loads((tmp_path / ab.AB_FILE).read_text())
     data["rows"][1]["verdict"] = ab.SAME

@@ -242,8 +242,9 @@ def _pct(x: float | None) -> str:
 
 def _row_md(e: dict) -> str:
     ci = "-" if e.get("ci_lo") is None else f"{_pct(e['ci_lo'])}..{_pct(e['ci_hi'])}"
+    why = f" ({e['reason'].replace('|', '/')[:120]})" if e["verdict"] == UNSURE and e.get("reason") else ""
     return (f"| {e['variant']}/{e['config']} | {e['shape']} | {e['mode']} | {_us(e['base'])} | {_us(e['head'])} | "
-            f"{_pct(e.get('ratio'))} | {ci} | **{e['verdict']}** |")
+            f"{_pct(e.get('ratio'))} | {ci} | **{e['verdict']}**{why} |")
 
 
 def render_markdown(ab: dict, *, all_rows: bool = True) -> str:
@@ -278,7 +279,7 @@ def render_markdown(ab: dict, *, all_rows: bool = True) -> str:
     for what, label in (("new", "New on the head (not compared)"), ("removed", "Removed from the base (not compared)")):
         if ab.get(what):
             keys = sorted({f"{e['variant']}/{e['config']}" for e in ab[what]})
-            out += [f"{label}: {', '.join(keys)} ({len(ab[what])} rows).", ""]
+            out += [f"{label}, {len(ab[what])} rows: {', '.join(keys)}.", ""]
     if all_rows and ab["rows"]:
         out += ["<details><summary>All compared rows</summary>", ""] + head_md
         out += [_row_md(e) for e in sorted(ab["rows"], key=lambda e: e["key"])] + ["", "</details>", ""]

@@ -3,9 +3,10 @@
 Two copies of the extension in one process: the head's is `evpack._C` (imported by
 evpack.api); the base's shared object, built in REF's worktree, is loaded by path under the
 module name BASE_MODULE with importlib's ExtensionFileLoader. Python keys extension modules
-by file path and name, the dynamic loader opens the two files separately, and setup.py builds
-with -fvisibility=hidden, so the only exported symbol is PyInit__C and the two copies share
-nothing: each keeps its own kernel registry and launches its own kernels.
+by file path and name, the dynamic loader opens the two files separately (RTLD_LOCAL), and
+setup.py builds with -fvisibility=hidden, so no evpack symbol is exported but PyInit__C (`nm -D`
+of a build shows only inline std/ATen template helpers besides it): each copy keeps its own
+kernel registry and launches its own kernels.
 
 The base is called through its own torch custom op (`evpack_ab::base_fwd`) whose body is the
 same as the head's `evpack::flash_attention_fwd` (allocate the output, launch on the current

@@ -45,7 +45,7 @@ def prepare(options: dict, stage_dir: Path, head_sha256: str | None, head_dirty:
     spec = options.get("baseline")
     if not spec:
         return None, None
-    meta = {"status": ab.AB_STATUSES[0], "reason": "", "base_ref": spec.get("ref"),
+    meta = {"status": "pass", "reason": "", "base_ref": spec.get("ref"),
             "base_commit": spec.get("commit"), "head_commit": spec.get("head_commit"), "head_dirty": head_dirty,
             "self_check": bool(spec.get("self_check")), "base_so_sha256": None, "head_so_sha256": head_sha256,
             "base_build": None}
@@ -95,7 +95,8 @@ def write(stage_dir: Path, meta: dict, head_rows: list[dict], head_samples: dict
     from .summary import write_samples
 
     if meta["status"] == "pass" and not base_samples:
-        meta = dict(meta, status="error", reason="no row of the base was timed")
+        first = next((f"; first {r['key']}: {str(r.get('reason'))[:160]}" for r in base_records if r.get("reason")), "")
+        meta = dict(meta, status="error", reason=f"no row of the base was timed{first}")
     write_samples(stage_dir / ab.BASE_SAMPLES_FILE, base_records, base_samples)
     data = ab.build_ab(meta, head_rows, head_samples, base_records, base_samples)
     _write_json(stage_dir / ab.AB_FILE, data)
@@ -136,3 +137,17 @@ def outcome_data(ab_data: dict) -> dict:
             "counts": ab_data["counts"], "same_rate": ab.same_rate(ab_data), "new": len(ab_data["new"]),
             "removed": len(ab_data["removed"]), "regressions": list(ab_data["regressions"]),
             "base_so_sha256": ab_data.get("base_so_sha256")}
+
+
+def report_section(stage_dir: Path) -> str:
+    """The A/B table for report.md / the PR comment ('' when the run had no baseline).
+
+    It goes first among the benchmark sections: the one same-run comparison with the base.
+    """
+    path = stage_dir / ab.AB_FILE
+    if not path.is_file():
+        return ""
+    try:
+        return ab.render_markdown(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"A/B: {ab.AB_FILE} unreadable ({type(exc).__name__})\n"
