@@ -371,3 +371,19 @@ def test_cli_ref_equal_to_head(tmp_path):
 
 def test_cli_baseline_without_bench(tmp_path):
     _cli_error(tmp_path, "sass", "--self-check", needle="need the bench stage")
+
+
+def test_cli_self_check_creates_and_removes_the_worktree(tmp_path, fake_env):
+    """On stand-in stages: the CLI validates, creates REF's worktree before the stages, passes the
+    baseline to the bench stage's options, and removes the worktree after the run (no GPU: no build)."""
+    env = fake_env({})
+    env["EVPACK_AB_DIR"] = str(tmp_path / "ab")
+    proc = run_cli("bench", "--self-check", "--packs-dir", str(tmp_path / "packs"), "--no-verify", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pack = next(p for p in (tmp_path / "packs").iterdir() if p.is_dir() and not p.is_symlink())
+    opt = json.loads((pack / "pack.json").read_text())["options"]["baseline"]
+    head = _git(REPO, "rev-parse", "HEAD")
+    assert opt["commit"] == opt["head_commit"] == head and opt["self_check"] is True and opt["ref"] == "HEAD"
+    assert Path(opt["worktree"]).parent.parent == tmp_path / "ab"
+    assert list((tmp_path / "ab").iterdir()) == []
+    assert opt["worktree"] not in _git(REPO, "worktree", "list")

@@ -97,8 +97,14 @@ def write(stage_dir: Path, meta: dict, head_rows: list[dict], head_samples: dict
     if meta["status"] == "pass" and not base_samples:
         first = next((f"; first {r['key']}: {str(r.get('reason'))[:160]}" for r in base_records if r.get("reason")), "")
         meta = dict(meta, status="error", reason=f"no row of the base was timed{first}")
-    write_samples(stage_dir / ab.BASE_SAMPLES_FILE, base_records, base_samples)
-    data = ab.build_ab(meta, head_rows, head_samples, base_records, base_samples)
+    try:
+        write_samples(stage_dir / ab.BASE_SAMPLES_FILE, base_records, base_samples)
+        data = ab.build_ab(meta, head_rows, head_samples, base_records, base_samples)
+    except Exception as exc:  # noqa: BLE001 - the A/B must never cost the head's benchmark
+        log.warning("A/B: could not write the base's results: %s", exc)
+        (stage_dir / ab.BASE_SAMPLES_FILE).unlink(missing_ok=True)
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        data = ab.build_ab(dict(meta, status="error", reason=f"writing the A/B failed: {why}"), [], {}, [], {})
     _write_json(stage_dir / ab.AB_FILE, data)
     return data
 
