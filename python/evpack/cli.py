@@ -83,6 +83,11 @@ def _run_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-verify", action="store_true", help="skip the final verify")
     ap.add_argument("--sign-key", type=Path, default=None,
                     help="OpenSSH private key that signs provenance.json (default: $EVPACK_SIGNING_KEY)")
+    ap.add_argument("--baseline", default=None, metavar="REF",
+                    help="also build REF (commit, branch, tag) and time it against this checkout in the same "
+                         "run: bench/ab.json")
+    ap.add_argument("--self-check", action="store_true",
+                    help="A/B of HEAD against itself (measures the A/B rule's false-positive rate)")
     ap.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)  # stand-in stages (tests)
 
 
@@ -147,19 +152,38 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _baseline(args, selected):
+    """--baseline / --self-check checked before any stage runs (BaselineError: exit 2); None without them."""
+    from .bench.baseline_build import BaselineError, validate
+    from .stages.order import STAGE_ORDER, with_dependencies
+
+    spec = validate(REPO, args.baseline, args.self_check)
+    if spec is not None and "bench" not in with_dependencies(selected or STAGE_ORDER):
+        raise BaselineError("--baseline/--self-check need the bench stage (run `bench` or `evidence`)")
+    return spec
+
+
 def cmd_evidence(args, selected) -> int:
+    import contextlib
+
     from .attest import SigningFailed
-    from .evidence import run_evidence
+    from .bench.baseline_build import prepared_baseline
+    from .evidence import gpu_available, run_evidence
     from .verify import verify_pack, verify_provenance
 
     options = run_options(REPO, suite=args.suite, shapes=args.shapes, variants=args.variants,
                           cost_per_hour=args.cost_per_hour,
                           previous_pack=str(resolve_pack(args.previous_pack)) if args.previous_pack else None)
+    spec = _baseline(args, selected)
     key = args.sign_key or (Path(os.environ["EVPACK_SIGNING_KEY"]) if os.environ.get("EVPACK_SIGNING_KEY")
                             else None)
     try:
-        result = run_evidence(REPO, selected=selected, packs_root=args.packs_dir.resolve(), options=options,
-                              requirement=args.require, stages=args.stage_package, sign_key=key)
+        with contextlib.ExitStack() as stack:
+            if spec is not None:  # the worktree exists (or exit 2) before any stage; removed after the run
+                options["baseline"] = stack.enter_context(
+                    prepared_baseline(REPO, spec, build_now=gpu_available()[0]))
+            result = run_evidence(REPO, selected=selected, packs_root=args.packs_dir.resolve(), options=options,
+                                  requirement=args.require, stages=args.stage_package, sign_key=key)
     except SigningFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -16,6 +16,9 @@ Per shape:
     interleaved (harness.sample_interleaved) through the same harness and stream.
  6. Re-check after timing: one more call of each of ours on set 0 against the reference;
     a wrong result makes every row of that config `fail`.
+With a base (`--baseline REF`, ab_runner.BaseSide) REF's kernels are probed, timed right after
+their head twin in the same interleaved rounds and re-checked the same way, as rows of impl
+`base` that the stage keeps out of summary.json (bench/ab.json instead).
 Per-measurement time caps shrink when the suite's budget_s runs short.
 """
 from __future__ import annotations
@@ -30,6 +33,7 @@ import torch
 
 from .. import registry
 from . import baselines, harness, roofline
+from .ab import BASE
 from .summary import OURS, SDPA, new_row
 
 log = logging.getLogger(__name__)
@@ -37,6 +41,7 @@ log = logging.getLogger(__name__)
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 VRAM_FRACTION = 0.92
 MIN_CAP_S = 0.05
+AB_BUDGET_MAX = 1.6  # full suite: 400 s x 1.6 + ceilings and plots stay inside the bench stage's 900 s
 
 
 def _why(exc: BaseException) -> str:
@@ -56,20 +61,26 @@ class Impl:
 
 
 class ShapeRunner:
-    def __init__(self, suite, op, stream, l2_bytes: int, variant_names=None, t_start: float | None = None):
+    def __init__(self, suite, op, stream, l2_bytes: int, variant_names=None, t_start: float | None = None,
+                 base=None):
         self.suite, self.op, self.stream, self.l2 = suite, op, stream, int(l2_bytes)
         self.rule = suite.rule
         self.variants = [registry.get(n) for n in variant_names] if variant_names else list(registry.VARIANTS)
         self.records: list[dict] = []
         self.samples: dict[str, list[float]] = {}
+        self.base = base  # ab_runner.BaseSide of --baseline REF: its rows are timed in the same rounds
         self.n_impls = sum(len(v.configs) for v in self.variants) + len(baselines.BACKENDS)
+        head_impls = self.n_impls
+        self.n_impls += len(base.pairs) if base is not None else 0
+        # an A/B keeps a head-only run's per-measurement caps (within the stage's timeout: <= 1.6x)
+        self.budget_s = suite.budget_s * min(AB_BUDGET_MAX, self.n_impls / head_impls)
         self.remaining = suite.measurements * self.n_impls
         self.t_start = time.perf_counter() if t_start is None else t_start
         self._tags: tuple[str, ...] = ()
 
     def cap(self) -> float:
         """Sampling time per implementation and mode, shrunk when the suite's budget runs short."""
-        left = self.suite.budget_s - (time.perf_counter() - self.t_start)
+        left = self.budget_s - (time.perf_counter() - self.t_start)
         return min(self.rule.time_cap_s, max(MIN_CAP_S, left / max(1, self.remaining)))
 
     def _add(self, rows: list[dict]) -> list[dict]:
@@ -99,6 +110,8 @@ class ShapeRunner:
                     self._not_run(OURS, v.name, cfg.name, ss, "skipped", reason, True)
             for b in baselines.BACKENDS:
                 self._not_run(SDPA, b, "", ss, "skipped", reason, b == "default")
+            for v, c in self.base.pairs if self.base is not None else ():
+                self._not_run(BASE, v, c, ss, "skipped", reason, True)
             return
         seed = zlib.crc32(shape.key.encode())
         gen = torch.Generator(device="cuda")
@@ -116,7 +129,7 @@ class ShapeRunner:
         del out
         common = {"seed": seed, "torch_err": torch_err,
                   "err_bound": None if torch_err is None else baselines.error_bound(torch_err, shape.dtype)}
-        impls = self._ours(ss, sets, common) + self._sdpa(ss, sets, ref, common)
+        impls = self._with_base(self._ours(ss, sets, common), ss, sets, common) + self._sdpa(ss, sets, ref, common)
         for mode in ss.modes:
             self._mode(ss, mode, impls, sets)
         self._recheck(impls, sets, ref)
@@ -145,6 +158,34 @@ class ShapeRunner:
                     continue
                 out.append(Impl(OURS, variant.name, cfg.name, fn, True, extra=dict(common)))
         return out
+
+    def _with_base(self, ours: list[Impl], ss, sets, common) -> list[Impl]:
+        """Our impls with the base's twin of each right after it (base-only kernels last).
+
+        The base's kernels come from its binary (BaseSide.kernels), probed like ours; a kernel the
+        base does not hold for this dtype/head dim gets no row (never compared).
+        """
+        if self.base is None:
+            return ours
+        shape, twins = ss.shape, {}
+        for variant, config in self.base.pairs:
+            if not self.base.built_for(variant, config, shape.dtype, shape.D):
+                continue
+            fn = self.base.fn(variant, config, shape.causal, shape.D)
+            try:
+                with torch.cuda.stream(self.stream):
+                    fn(*sets[0])
+                self.stream.synchronize()
+            except Exception as exc:  # noqa: BLE001 - recorded as the rows' reason
+                self._not_run(BASE, variant, config, ss, "error", _why(exc), True)
+                continue
+            twins[(variant, config)] = Impl(BASE, variant, config, fn, True, extra=dict(common))
+        out = []
+        for im in ours:
+            out.append(im)
+            if (im.variant, im.config) in twins:
+                out.append(twins.pop((im.variant, im.config)))
+        return out + list(twins.values())
 
     def _sdpa(self, ss, sets, ref, common) -> list[Impl]:
         shape, out = ss.shape, []
@@ -206,7 +247,7 @@ class ShapeRunner:
     def _recheck(self, impls: list[Impl], sets, ref) -> None:
         """One more call of each of ours after all timing, compared with the fp32 reference."""
         for im in impls:
-            if im.impl != OURS:
+            if im.impl not in (OURS, BASE):
                 continue
             try:
                 with torch.cuda.stream(self.stream):

@@ -120,6 +120,11 @@ def render(stage_dir: Path, outcome, *, leaderboard: bool = True) -> str:
     summary = _load(stage_dir / "summary.json")
     run = _load(stage_dir / "run.json") or {}
     lines = ["## Benchmark", "", f"**Status: {outcome.status}** — {outcome.reason}", ""]
+    from ..bench.ab_stage import report_section  # the same-run A/B against the base: first
+
+    ab_md = report_section(stage_dir)
+    if ab_md:
+        lines += [ab_md, ""]
     if summary is None:
         return "\n".join(lines + ["No summary.json in the stage folder."])
     dev = run.get("device", {})

@@ -64,6 +64,9 @@ def _regressions(view: PackView) -> list[str]:
     if bench.status == ERROR:
         return [f"The benchmark could not be judged: {_short(bench.reason, REASON_CHARS)}"]
     data = bench.data
+    ab_lines = _ab(view)
+    if ab_lines:  # the same-run A/B against the base decides perf-regression: it comes first
+        return ab_lines
     regs, counts = data.get("regressions"), data.get("compare_counts")
     if regs is None:
         return ["No baseline to compare with: this pack holds no earlier benchmark (`--previous-pack`)."]
@@ -76,6 +79,29 @@ def _regressions(view: PackView) -> list[str]:
     lines += [f"- `{_short(k, 160)}`" for k in regs[:MAX_LIST]]
     if len(regs) > MAX_LIST:
         lines.append(f"- … and {len(regs) - MAX_LIST} more (report.md in the pack lists them)")
+    return lines
+
+
+def _ab(view: PackView) -> list[str]:
+    """The A/B against the base commit (bench/ab.json): its tally and the rows of ours that are SLOWER."""
+    import json
+
+    from ..bench import ab
+
+    path = view.dir / "bench" / ab.AB_FILE
+    if not path.is_file():
+        return []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        lines = [f"{ab.summary_line(data)} (same run, same GPU; rule in report.md)."]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [f"bench/ab.json could not be read: {exc}"]
+    slower = [e for e in data.get("rows") or [] if e.get("verdict") == "SLOWER"]
+    if slower:
+        lines += ["", f"**{len(slower)} rows of ours are SLOWER than the base:**", ""]
+        lines += [f"- `{_short(e['key'], 160)}`: ratio {e.get('ratio', float('nan')):.3f}" for e in slower[:MAX_LIST]]
+        if len(slower) > MAX_LIST:
+            lines.append(f"- … and {len(slower) - MAX_LIST} more (report.md lists them)")
     return lines
 
 

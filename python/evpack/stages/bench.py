@@ -8,6 +8,9 @@ run() writes into the stage folder:
   summary.json           rows (records + statistics), leaderboard, canonical speedup
   run.json               suite, options, device, GPU seconds and $ cost, previous pack id
   previous_summary.json  copy of the previous pack's summary (only with option previous_pack)
+  ab.json, ab_samples.csv.gz, ab_binary.json, ab_build/
+                         only with --baseline REF: REF's build, its samples and the A/B verdicts
+                         (evpack.bench.ab_stage; REF's rows are timed in the same rounds as ours)
   bench.log, *.png       progress log and plots
 derive() recomputes the summary from samples.csv.gz + ceilings.json and requires it to match.
 """
@@ -19,7 +22,7 @@ import os
 import time
 from pathlib import Path
 
-from ..bench import plots
+from ..bench import ab, ab_stage, plots
 from ..bench import summary as sm
 from ..bench.compare import compare_rows, regressions
 from ..bench.suites import ADHOC, Suite, load_suite, with_adhoc
@@ -89,7 +92,9 @@ def _run(ctx: StageContext, t_start: float) -> None:
 
     opts = ctx.options
     suite = resolve_suite(opts, ctx.repo)
-    write_json(ctx.dir / "binary.json", loaded_binary())
+    head_binary = loaded_binary()
+    write_json(ctx.dir / "binary.json", head_binary)
+    base, ab_meta = _prepare_base(ctx, head_binary["sha256"])
     dev = torch.cuda.current_device()
     info = harness.device_info(dev)
     uuid = str(getattr(torch.cuda.get_device_properties(dev), "uuid", "") or "") or None
@@ -103,7 +108,7 @@ def _run(ctx: StageContext, t_start: float) -> None:
         ceil = ceilings.measure(stream)
         write_json(ctx.dir / "ceilings.json", ceil)
         runner = ShapeRunner(suite, flash_attention, stream, info["l2_bytes"], opts.get("variants"),
-                             t_start=time.perf_counter())
+                             t_start=time.perf_counter(), base=base)
         for i, ss in enumerate(suite.shapes):
             runner.run_shape(ss)
             log.info("[%d/%d] %s done at %.1f s", i + 1, len(suite.shapes), ss.shape.key,
@@ -116,9 +121,12 @@ def _run(ctx: StageContext, t_start: float) -> None:
     if clk["throttled"]:
         log.warning("bench: throttled: %s", clk["reason"])
     meta = {"suite": suite.name, "canonical": suite.canonical.key, "primary_mode": suite.primary_mode}
-    summary = sm.build_summary(meta, runner.records, runner.samples, ceilings.rates(ceil))
-    sm.write_samples(ctx.dir / sm.SAMPLES_FILE, runner.records, runner.samples)
+    records, base_records, samples, base_samples = ab_stage.split(runner.records, runner.samples)
+    summary = sm.build_summary(meta, records, samples, ceilings.rates(ceil))
+    sm.write_samples(ctx.dir / sm.SAMPLES_FILE, records, samples)
     write_json(ctx.dir / "summary.json", summary)
+    if ab_meta is not None:
+        ab_stage.write(ctx.dir, ab_meta, summary["rows"], samples, base_records, base_samples)
     try:
         plots.make_all(summary["rows"], ctx.dir, suite.primary_mode)
     except Exception as exc:  # noqa: BLE001 - a plot failure must not lose the measurements
@@ -131,8 +139,44 @@ def _run(ctx: StageContext, t_start: float) -> None:
         "options": {k: v for k, v in opts.items() if isinstance(v, (str, int, float, bool, list, type(None)))},
         "device": info, "sleep_cycles_per_s": harness.sleep_cycles_per_s(stream),
         "gpu_seconds": secs, "cost_per_hour": rate, "cost_usd": None if rate is None else secs / 3600 * rate,
-        **prev})
+        **prev, **_baseline_commit(opts)})
     log.info("bench: done in %.1f s", secs)
+
+
+def _baseline_commit(opts: dict) -> dict:
+    """run.json's record that this run had a baseline (derive then requires ab.json)."""
+    spec = opts.get("baseline")
+    return {"baseline_commit": spec.get("commit")} if spec else {}
+
+
+def _prepare_base(ctx: StageContext, head_sha256: str):
+    """REF's extension for --baseline (None, None without one); logs the A/B error, never raises for it."""
+    if not ctx.options.get("baseline"):
+        return None, None
+    from ..gitinfo import git_info
+
+    base, meta = ab_stage.prepare(ctx.options, ctx.dir, head_sha256, git_info(ctx.repo).dirty)
+    if meta["status"] != "pass":
+        log.warning("bench: A/B part %s: %s", meta["status"], meta["reason"])
+    else:
+        log.info("bench: base %s (%s) loaded, %d kernels", meta["base_ref"], str(meta["base_commit"])[:12],
+                 len(base.kernels))
+    return base, meta
+
+
+def _with_ab(stage_dir: Path, data: dict, reason: str, rows: list[dict], samples: dict,
+             run_info: dict) -> tuple[str, str | None]:
+    """Re-derive ab.json (if the run had a baseline) into data; returns (reason, problem or None)."""
+    ab_data, problem = ab_stage.derive(stage_dir, rows, samples, run_info.get("baseline_commit"))
+    if problem:
+        return reason, problem
+    if ab_data is None:
+        return reason, None
+    data["ab"] = ab_stage.outcome_data(ab_data)
+    if ab_data["status"] == "pass":  # the same-run A/B decides perf-regression, not the previous pack
+        data["previous_regressions"] = data["regressions"]
+        data["regressions"] = list(ab_data["regressions"])
+    return reason + "; " + ab.summary_line(ab_data), None
 
 
 def _decide(rows: list[dict], throttled: bool) -> tuple[str, str]:
@@ -210,6 +254,9 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     if recomputed["canonical_speedup"] is not None:
         reason += (f"; canonical {recomputed['canonical_best']} {recomputed['canonical_speedup']:.2f}x "
                    f"SDPA default ({meta['primary_mode']})")
+    reason, problem = _with_ab(stage_dir, data, reason, rows, samples, run_info)
+    if problem:
+        return StageOutcome(ERROR, problem)
     return StageOutcome(status, reason, data)
 
 

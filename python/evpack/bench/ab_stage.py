@@ -1,0 +1,159 @@
+"""The A/B part of the bench stage: prepare the base in the run, write and re-derive bench/ab.json.
+
+Files (only in a run with `--baseline REF` / `--self-check`):
+  ab_build/build.log, ab_build/result.json   REF's build (copied from the worktree's build output)
+  ab_binary.json                              the base shared object this process loaded + SHA-256
+  ab_samples.csv.gz                           the base's raw samples (same columns as samples.csv.gz)
+  ab.json                                     ab.build_ab(): meta, rule, base records, verdicts
+
+Status of the A/B part (ab.json "status"): pass = both sides were timed and compared (the
+verdicts say faster/slower); error = the base did not build, load or run (reason and log kept),
+the head's benchmark and every other gate are unaffected. The bench stage's outcome carries it in
+data["ab"], appends ab.summary_line() to its reason, and puts the SLOWER rows of ours in
+data["regressions"] (what sets the `perf-regression` label) instead of the previous-pack diff.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+from . import ab
+from .summary import read_samples
+
+log = logging.getLogger(__name__)
+
+BUILD_DIR = "ab_build"
+BINARY_FILE = "ab_binary.json"
+META_KEYS = ("status", "reason", "base_ref", "base_commit", "head_commit", "head_dirty", "self_check",
+             "base_so_sha256", "head_so_sha256", "base_build")
+
+
+def _write_json(path: Path, obj) -> None:
+    from ..stages.base import write_json
+
+    write_json(path, obj)
+
+
+def prepare(options: dict, stage_dir: Path, head_sha256: str | None, head_dirty: bool | None):
+    """(BaseSide or None, meta or None). meta is None when the run has no baseline.
+
+    Copies REF's build log into the pack and loads REF's extension; any failure makes the
+    A/B part `error` (meta says why) and returns no BaseSide: the head is timed as usual.
+    """
+    spec = options.get("baseline")
+    if not spec:
+        return None, None
+    meta = {"status": "pass", "reason": "", "base_ref": spec.get("ref"),
+            "base_commit": spec.get("commit"), "head_commit": spec.get("head_commit"), "head_dirty": head_dirty,
+            "self_check": bool(spec.get("self_check")), "base_so_sha256": None, "head_so_sha256": head_sha256,
+            "base_build": None}
+    out = stage_dir / BUILD_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    src = Path(spec.get("build_output") or "/nonexistent")
+    for name in ("build.log", "result.json"):
+        if (src / name).is_file():
+            shutil.copyfile(src / name, out / name)
+    try:
+        result = json.loads((out / "result.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        return None, dict(meta, status="error", reason=f"no result of the base build ({type(exc).__name__})")
+    meta["base_build"] = {k: result.get(k) for k in ("returncode", "elapsed_s", "archs", "error")}
+    if result.get("error") or not result.get("so_path"):
+        why = result.get("error") or "no shared object"
+        return None, dict(meta, status="error", reason=f"{why}; log kept in bench/{BUILD_DIR}/build.log")
+    try:
+        from .ab_runner import BASE_MODULE, load_base
+
+        side = load_base(Path(result["so_path"]), options.get("variants"))
+    except Exception as exc:  # noqa: BLE001 - a base that cannot be loaded is the A/B's error, not the stage's
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        return None, dict(meta, status="error", reason=f"base extension did not load: {why}")
+    _write_json(stage_dir / BINARY_FILE, {"module": BASE_MODULE, "path": side.path, "sha256": side.sha256})
+    meta["base_so_sha256"] = side.sha256
+    if side.sha256 != result.get("so_sha256"):
+        return None, dict(meta, status="error", reason=f"the loaded base {side.sha256[:12]} is not the built "
+                                                       f"{str(result.get('so_sha256'))[:12]}")
+    if not side.pairs:
+        return None, dict(meta, status="error", reason="the base extension lists no kernels (after --variants)")
+    return side, meta
+
+
+def split(records: list[dict], samples: dict[str, list[float]]):
+    """(head records, base records, head samples, base samples): the base's rows never enter summary.json."""
+    base = [r for r in records if r["impl"] == ab.BASE]
+    head = [r for r in records if r["impl"] != ab.BASE]
+    keys = {r["key"] for r in base}
+    return (head, base, {k: v for k, v in samples.items() if k not in keys},
+            {k: v for k, v in samples.items() if k in keys})
+
+
+def write(stage_dir: Path, meta: dict, head_rows: list[dict], head_samples: dict, base_records: list[dict],
+          base_samples: dict) -> dict:
+    """Write ab_samples.csv.gz and ab.json; returns the ab.json content."""
+    from .summary import write_samples
+
+    if meta["status"] == "pass" and not base_samples:
+        first = next((f"; first {r['key']}: {str(r.get('reason'))[:160]}" for r in base_records if r.get("reason")), "")
+        meta = dict(meta, status="error", reason=f"no row of the base was timed{first}")
+    try:
+        write_samples(stage_dir / ab.BASE_SAMPLES_FILE, base_records, base_samples)
+        data = ab.build_ab(meta, head_rows, head_samples, base_records, base_samples)
+    except Exception as exc:  # noqa: BLE001 - the A/B must never cost the head's benchmark
+        log.warning("A/B: could not write the base's results: %s", exc)
+        (stage_dir / ab.BASE_SAMPLES_FILE).unlink(missing_ok=True)
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        data = ab.build_ab(dict(meta, status="error", reason=f"writing the A/B failed: {why}"), [], {}, [], {})
+    _write_json(stage_dir / ab.AB_FILE, data)
+    return data
+
+
+def derive(stage_dir: Path, head_rows: list[dict], head_samples: dict, expected_commit: str | None):
+    """(ab.json re-derived or None, problem or ''). Standard library only (verify)."""
+    path = stage_dir / ab.AB_FILE
+    if not path.is_file():
+        return None, (f"run.json names baseline {expected_commit[:12]} but there is no {ab.AB_FILE}"
+                      if expected_commit else "")
+    try:
+        written = json.loads(path.read_text(encoding="utf-8"))
+        meta = {k: written[k] for k in META_KEYS}
+        rule = written["rule"]
+        if rule.get("name") != ab.RULE["name"]:
+            return None, f"{ab.AB_FILE}: unknown rule {rule.get('name')!r}"
+        base_records = written["base_records"]
+        sample_file = stage_dir / ab.BASE_SAMPLES_FILE
+        base_samples = read_samples(sample_file) if sample_file.is_file() else {}
+        recomputed = ab.build_ab(meta, head_rows, head_samples, base_records, base_samples, rule)
+    except (ValueError, KeyError, TypeError, AttributeError, json.JSONDecodeError, OSError) as exc:
+        return None, f"corrupt {ab.AB_FILE}: {type(exc).__name__}: {exc}"
+    if expected_commit and meta["base_commit"] != expected_commit:
+        return None, f"{ab.AB_FILE} base {str(meta['base_commit'])[:12]} != run.json's {expected_commit[:12]}"
+    orphans = sorted(set(base_samples) - {r["key"] for r in base_records})
+    diffs = ab.differences(written, recomputed) + [f"{k}: base samples without a row" for k in orphans]
+    if diffs:
+        return None, f"{ab.AB_FILE} disagrees with the samples in {len(diffs)} places (first: {diffs[0]})"
+    return recomputed, ""
+
+
+def outcome_data(ab_data: dict) -> dict:
+    """What the bench outcome carries about the A/B (pack.json, labels, report)."""
+    return {"status": ab_data["status"], "reason": ab_data.get("reason", ""), "base_ref": ab_data.get("base_ref"),
+            "base_commit": ab_data.get("base_commit"), "self_check": ab_data.get("self_check"),
+            "counts": ab_data["counts"], "same_rate": ab.same_rate(ab_data), "new": len(ab_data["new"]),
+            "removed": len(ab_data["removed"]), "regressions": list(ab_data["regressions"]),
+            "base_so_sha256": ab_data.get("base_so_sha256")}
+
+
+def report_section(stage_dir: Path) -> str:
+    """The A/B table for report.md / the PR comment ('' when the run had no baseline).
+
+    It goes first among the benchmark sections: the one same-run comparison with the base.
+    """
+    path = stage_dir / ab.AB_FILE
+    if not path.is_file():
+        return ""
+    try:
+        return ab.render_markdown(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"A/B: {ab.AB_FILE} unreadable ({type(exc).__name__})\n"

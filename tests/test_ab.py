@@ -1,0 +1,389 @@
+"""A/B against a base commit (--baseline REF): the verdict rule, its false-positive rate, ab.json,
+REF validation, the worktree + build of a base, loading two copies of an extension, CLI errors."""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_cli
+
+from evpack.bench import ab, ab_stage, baseline_build
+from evpack.bench.summary import read_samples, records_of
+from evpack.stages import bench as bench_stage
+
+REF_PACKS = sorted((REPO / "artifacts" / "reference").glob("2026*"))
+SHAPE = "B=16,H=16,S=512,D=64,dtype=fp16,causal=0"
+
+
+# -- the rule ---------------------------------------------------------------------------------
+def _timings(rng: random.Random, n: int, median: float, rel_sd: float, shift: float = 0.0) -> list[float]:
+    """GPU-like times: a normal body, a 3% right tail (stalls), quantized to the events' 32 ns."""
+    out = []
+    for _ in range(n):
+        t = median * (1 + shift) * (1 + rel_sd * rng.gauss(0, 1))
+        if rng.random() < 0.03:
+            t += median * rng.uniform(0, 0.1)
+        out.append(max(0.032, round(t / 0.032) * 0.032))
+    return out
+
+
+def _synthetic_suite(seed: int, shift: float = 0.0, rows: int = 672):
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(rows):
+        n = rng.choice((30, 37, 120, 600, 2000))
+        med = rng.choice((8.7, 11.0, 49.0, 67.0, 125.0, 925.0))
+        sd = rng.choice((0.002, 0.004, 0.007))
+        pairs.append((_timings(rng, n, med, sd, shift), _timings(rng, n, med, sd)))
+    return pairs
+
+
+def _tally(pairs) -> dict[str, int]:
+    counts = dict.fromkeys(ab.VERDICTS, 0)
+    for h, b in pairs:
+        counts[ab.verdict(h, b)[0]] += 1
+    return counts
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_self_ab_on_synthetic_same_distribution_samples(seed):
+    counts = _tally(_synthetic_suite(seed))
+    assert counts[ab.SLOWER] == 0 and counts[ab.FASTER] == 0, counts
+    assert counts[ab.SAME] / 672 >= 0.95, counts
+
+
+def test_rule_detects_a_real_shift_and_ignores_a_small_one():
+    slower = _tally(_synthetic_suite(7, shift=0.05, rows=200))
+    assert slower[ab.SLOWER] >= 190 and slower[ab.FASTER] == 0 and slower[ab.SAME] == 0, slower
+    faster = _tally(_synthetic_suite(8, shift=-0.05, rows=200))
+    assert faster[ab.FASTER] >= 190 and faster[ab.SLOWER] == 0, faster
+    small = _tally(_synthetic_suite(9, shift=0.01, rows=200))  # below min_effect: never a verdict
+    assert small[ab.SLOWER] == 0 and small[ab.FASTER] == 0, small
+
+
+def test_verdict_edges():
+    base = [100.0 + 0.1 * (i % 7) for i in range(50)]
+    v, why, nums = ab.verdict([t * 1.10 for t in base], base)
+    assert v == ab.SLOWER and nums["ci_lo"] > 1 and nums["ratio"] == pytest.approx(1.10) and "+10.0%" in why
+    v, _, nums = ab.verdict([t * 0.90 for t in base], base)
+    assert v == ab.FASTER and nums["ci_hi"] < 1
+    assert ab.verdict(list(base), base)[0] == ab.SAME
+    assert ab.verdict(base[:5], base)[0] == ab.UNSURE  # fewer than min_n
+    wide = [50.0, 150.0] * 10  # CI far wider than +-2%
+    assert ab.verdict(wide, wide)[0] == ab.UNSURE
+    # the interval covers the point estimate and is the Bonferroni combination of the two medians
+    r, lo, hi = ab.ratio_interval(base, base, 0.99)
+    assert lo <= r <= hi and r == 1.0
+
+
+def _chunks(xs: list[float], k: int) -> tuple[list[float], list[float]]:
+    """Alternate blocks of k consecutive samples: a same-run A/B of one build against itself."""
+    a, b = [], []
+    for i in range(0, len(xs), k):
+        (a if (i // k) % 2 == 0 else b).extend(xs[i:i + k])
+    return a, b
+
+
+@pytest.mark.skipif(not REF_PACKS, reason="no committed reference pack")
+@pytest.mark.parametrize("pack", REF_PACKS, ids=lambda p: p.name)
+def test_self_ab_on_real_samples_of_the_reference_packs(pack):
+    """Real per-call timings (H200, full suite): each row's samples, split into alternating blocks of 8
+    consecutive calls (batches interleave like that), are two same-run samples of one binary.
+
+    Each half has half the samples a real A/B side has: most rows stop at 30-38 samples, so their
+    halves hold 15-19 and their CIs are wider than a real side's. Measured when written: 638 and
+    648 of 672 SAME (94.9%, 96.4%), 0 FASTER/SLOWER; on the rows whose halves hold >= 30 samples
+    (a real side's minimum) 253/260 and 252/259 (97.3%)."""
+    samples = read_samples(pack / "bench" / "samples.csv.gz")
+    assert len(samples) == 672
+    counts = _tally(_chunks(v, 8) for v in samples.values())
+    assert counts[ab.SLOWER] == 0 and counts[ab.FASTER] == 0, counts
+    assert counts[ab.SAME] / len(samples) >= 0.90, counts
+    big = [v for v in samples.values() if len(v) >= 60]
+    counts = _tally(_chunks(v, 8) for v in big)
+    assert counts[ab.SLOWER] == 0 and counts[ab.SAME] / len(big) >= 0.95, counts
+    # resampled with replacement at full size (seeded): the idealised independent case
+    rng = random.Random(0)
+    full = _tally(([rng.choice(v) for _ in v], [rng.choice(v) for _ in v]) for v in samples.values())
+    assert full[ab.SLOWER] == 0 and full[ab.SAME] / len(samples) >= 0.98, full
+
+
+# -- ab.json ------------------------------------------------------------------------------------
+def _rec(impl, variant, config, mode="cold", status="ok", err=1e-3, bound=2e-3, shape=SHAPE):
+    key = f"{impl}|{variant}|{config}|{shape}|{mode}"
+    return {"key": key, "impl": impl, "variant": variant, "config": config, "shape": shape, "mode": mode,
+            "status": status, "reason": "" if status == "ok" else f"{status} reason", "max_abs_err": err,
+            "err_bound": bound, "must_run": True}
+
+
+def _meta(status="pass"):
+    return {"status": status, "reason": "" if status == "pass" else "base build exited 1: boom",
+            "base_ref": "origin/main", "base_commit": "b" * 40, "head_commit": "h" * 40, "head_dirty": False,
+            "self_check": False, "base_so_sha256": "1" * 64, "head_so_sha256": "2" * 64, "base_build": None}
+
+
+def _standin():
+    """Head rows, base records and samples: same, slower, wrong-after-timing, new, removed, SDPA."""
+    rng = random.Random(5)
+    heads = [_rec("evpack", "mma", "same"), _rec("evpack", "mma", "slow"), _rec("evpack", "mma", "wrong"),
+             _rec("evpack", "mma", "newcfg"), _rec("sdpa", "default", ""),
+             _rec("evpack", "wmma", "unsup", status="unsupported")]
+    bases = [_rec("base", "mma", "same"), _rec("base", "mma", "slow"),
+             _rec("base", "mma", "wrong", err=5e-3),  # recorded ok, but its error is above the bound: fail
+             _rec("base", "mma", "gone")]
+    hs = {r["key"]: _timings(rng, 100, 60.0, 0.004) for r in heads if r["status"] == "ok"}
+    hs["evpack|mma|slow|" + SHAPE + "|cold"] = _timings(rng, 100, 60.0, 0.004, shift=0.08)
+    bs = {r["key"]: _timings(rng, 100, 60.0, 0.004) for r in bases}
+    return heads, hs, bases, bs
+
+
+def test_build_ab_joins_rows_and_lists_one_sided_ones():
+    heads, hs, bases, bs = _standin()
+    out = ab.build_ab(_meta(), heads, hs, bases, bs)
+    by = {e["config"]: e for e in out["rows"]}
+    assert set(by) == {"same", "slow", "wrong"}  # SDPA rows and unsupported rows are never compared
+    assert by["same"]["verdict"] == ab.SAME and by["slow"]["verdict"] == ab.SLOWER
+    assert by["wrong"]["verdict"] == ab.UNSURE and by["wrong"]["reason"].startswith("base fail")
+    assert by["wrong"]["base"]["median_us"] is None and by["wrong"]["head"]["n"] == 100
+    assert [e["config"] for e in out["new"]] == ["newcfg"] and [e["config"] for e in out["removed"]] == ["gone"]
+    assert out["regressions"] == ["evpack|mma|slow|" + SHAPE + "|cold"]
+    assert out["counts"] == {"SAME": 1, "FASTER": 0, "SLOWER": 1, "UNSURE": 1}
+    assert out["rule"] == ab.RULE and out["base_commit"] == "b" * 40
+    json.dumps(out)  # JSON-serialisable as written
+    md = ab.render_markdown(out)
+    assert md.index("SLOWER") < md.index("UNSURE") and "mma/newcfg" in md and "mma/gone" in md
+    assert "**UNSURE** (base fail" in md and "| mma/slow |" in md and "+8." in md
+    assert "3 rows, 1 SAME, 1 SLOWER, 1 UNSURE, 1 new, 1 removed" in ab.summary_line(out)
+
+
+def test_base_that_never_ran_is_an_ab_error(tmp_path):
+    heads, hs, bases, _ = _standin()
+    broken = [dict(r, status="error", reason="RuntimeError: forward() got 8 arguments") for r in bases]
+    out = ab_stage.write(tmp_path, _meta(), heads, hs, broken, {})
+    assert out["status"] == "error" and out["rows"] == [] and "forward() got 8 arguments" in out["reason"]
+    assert ab_stage.derive(tmp_path, heads, hs, "b" * 40) == (out, "")
+
+
+def test_build_ab_error_has_no_rows_and_says_why():
+    heads, hs, _, _ = _standin()
+    out = ab.build_ab(_meta("error"), heads, hs, [], {})
+    assert out["rows"] == [] and out["regressions"] == [] and out["status"] == "error"
+    assert "error (base build exited 1: boom)" in ab.summary_line(out)
+    assert "A/B error" in ab.render_markdown(out)
+
+
+def test_ab_files_round_trip_and_tampering_is_found(tmp_path):
+    heads, hs, bases, bs = _standin()
+    written = ab_stage.write(tmp_path, _meta(), heads, hs, bases, bs)
+    again, problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)
+    assert problem == "" and again["rows"] == written["rows"]
+    assert ab_stage.report_section(tmp_path).startswith("### A/B in one run: head hhhhhhhhhhhh against base")
+    # a verdict edited by hand
+    data = json.loads((tmp_path / ab.AB_FILE).read_text())
+    data["rows"][1]["verdict"] = ab.SAME
+    (tmp_path / ab.AB_FILE).write_text(json.dumps(data))
+    _, problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)
+    assert "disagrees with the samples" in problem and "verdict" in problem
+    # samples that no longer give the written medians
+    ab_stage.write(tmp_path, _meta(), heads, hs, bases, bs)
+    bs2 = {k: [t * 1.2 for t in v] for k, v in bs.items()}
+    from evpack.bench.summary import write_samples
+
+    write_samples(tmp_path / ab.BASE_SAMPLES_FILE, bases, bs2)
+    assert "disagrees" in ab_stage.derive(tmp_path, heads, hs, "b" * 40)[1]
+    # a run with a baseline and no ab.json, or ab.json of another base
+    (tmp_path / ab.AB_FILE).unlink()
+    assert "no ab.json" in ab_stage.derive(tmp_path, heads, hs, "b" * 40)[1]
+    assert ab_stage.derive(tmp_path, heads, hs, None) == (None, "")
+
+
+@pytest.mark.skipif(len(REF_PACKS) < 2, reason="needs the two reference packs of one commit")
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_bench_derive_reads_ab_json(tmp_path, order):
+    """The bench stage's derive on a real stage folder: one reference pack is the head, the other's
+    rows of ours stand in for the base (two runs of one commit 7 minutes apart, not a same-run A/B:
+    the two wmma warm rows that moved between them come out FASTER one way and SLOWER the other)."""
+    head_pack, base_pack = REF_PACKS[order[0]], REF_PACKS[order[1]]
+    stage = tmp_path / "bench"
+    shutil.copytree(head_pack / "bench", stage)
+    plain = bench_stage.derive(stage, tmp_path)
+    other = json.loads((base_pack / "bench" / "summary.json").read_text())
+    base_records = [dict(r, impl=ab.BASE, key=ab.base_key(r["key"])) for r in records_of(other)
+                    if r["impl"] == "evpack" and r["status"] != "unsupported"]
+    other_samples = read_samples(base_pack / "bench" / "samples.csv.gz")
+    base_samples = {ab.base_key(k): v for k, v in other_samples.items() if k.startswith("evpack|")}
+    head_rows = json.loads((stage / "summary.json").read_text())["rows"]
+    head_samples = read_samples(stage / "samples.csv.gz")
+    written = ab_stage.write(stage, _meta(), head_rows, head_samples, base_records, base_samples)
+    run = json.loads((stage / "run.json").read_text())
+    (stage / "run.json").write_text(json.dumps(dict(run, baseline_commit="b" * 40)))
+    out = bench_stage.derive(stage, tmp_path)
+    assert out.status == plain.status == "pass"
+    assert out.reason == plain.reason + "; " + ab.summary_line(written)
+    assert "A/B vs bbbbbbbbbbbb: 392 rows" in out.reason and not written["new"] and not written["removed"]
+    assert out.data["ab"]["counts"] == written["counts"] and out.data["ab"]["same_rate"] >= 0.95
+    slower = [e["key"] for e in written["rows"] if e["verdict"] == ab.SLOWER]
+    assert out.data["regressions"] == slower == written["regressions"]
+    assert len(slower) == (2 if order == (1, 0) else 0), written["counts"]
+    # an A/B that errored leaves the head's outcome alone and sets no regression
+    ab_stage.write(stage, _meta("error"), head_rows, head_samples, [], {})
+    err = bench_stage.derive(stage, tmp_path)
+    assert err.status == "pass" and err.data["ab"]["status"] == "error" and not err.data["regressions"]
+    assert "A/B vs bbbbbbbbbbbb: error (base build exited 1: boom)" in err.reason
+    # ab.json deleted from a run that had a baseline: the stage cannot be derived
+    (stage / ab.AB_FILE).unlink()
+    assert bench_stage.derive(stage, tmp_path).status == "error"
+
+
+# -- REF validation, worktree, build, two copies of an extension ---------------------------------
+TINY_C = r"""#include <Python.h>
+static PyObject* kernels(PyObject* self, PyObject* args) {
+  return Py_BuildValue("[(sssiii)]", "mma", "%s", "fp16", 64, 0, 128);
+}
+static PyMethodDef methods[] = {{"kernels", kernels, METH_NOARGS, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_C", NULL, -1, methods};
+PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&mod); }
+"""
+TINY_SETUP = """from setuptools import Extension, setup
+setup(name="tiny", package_dir={"": "python"}, packages=["evpack"],
+      ext_modules=[Extension("evpack._C", ["python/evpack/_C.c"])])
+"""
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def tiny_repo(tmp_path):
+    """A git repo with two commits of a tiny `evpack._C` extension (config c1, then c2)."""
+    repo = tmp_path / "repo"
+    (repo / "python" / "evpack").mkdir(parents=True)
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    (repo / ".gitignore").write_text("build/\n*.so\n*.egg-info/\n")
+    (repo / "setup.py").write_text(TINY_SETUP)
+    (repo / "python" / "evpack" / "__init__.py").write_text("")
+    for cfg in ("c1", "c2"):
+        (repo / "python" / "evpack" / "_C.c").write_text(TINY_C % cfg)
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", cfg)
+    _git(repo, "tag", "v1", "HEAD~1")
+    return repo
+
+
+def test_validate_ref(tiny_repo, tmp_path):
+    head, first = _git(tiny_repo, "rev-parse", "HEAD"), _git(tiny_repo, "rev-parse", "HEAD~1")
+    assert baseline_build.validate(tiny_repo, None, False) is None
+    spec = baseline_build.validate(tiny_repo, "v1", False)
+    assert (spec.ref, spec.commit, spec.head_commit, spec.self_check) == ("v1", first, head, False)
+    assert baseline_build.validate(tiny_repo, None, True).commit == head  # --self-check alone: HEAD
+    assert baseline_build.validate(tiny_repo, "HEAD", True).commit == head
+    for ref, self_check, needle in (("nope", False, "unknown revision"), ("HEAD", False, "needs --self-check"),
+                                    (head[:10], False, "needs --self-check"), ("v1", True, "give one or the other"),
+                                    ("--all", False, "not a git revision"), ("HEAD~5", False, "unknown revision")):
+        with pytest.raises(baseline_build.BaselineError, match=needle):
+            baseline_build.validate(tiny_repo, ref, self_check)
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(baseline_build.BaselineError, match="not one"):
+        baseline_build.validate(tmp_path / "plain", "HEAD", False)
+
+
+def test_worktree_that_cannot_be_created(tiny_repo, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(baseline_build.BaselineError, match="cannot create a worktree folder"):
+        baseline_build.create_worktree(tiny_repo, _git(tiny_repo, "rev-parse", "HEAD"), parent=blocker / "sub")
+    with pytest.raises(baseline_build.BaselineError, match="cannot create a git worktree"):
+        baseline_build.create_worktree(tiny_repo, "0" * 40, parent=tmp_path / "wt")
+    assert list((tmp_path / "wt").iterdir()) == []  # nothing left behind
+
+
+def test_base_archs():
+    assert baseline_build.base_archs(None, "90") == "90"
+    assert baseline_build.base_archs("80;89;90a", "90") == "90a"
+    assert baseline_build.base_archs("80,89", "90") == "80,89"  # not in the head's list: the head's list
+    assert baseline_build.base_archs(None, None) == "80;89;90"
+
+
+def test_worktree_build_and_two_copies_of_the_extension(tiny_repo, tmp_path, monkeypatch):
+    """Build the base (c1) in a worktree while the head (c2) is built in the checkout; load both."""
+    pytest.importorskip("torch")
+    from evpack.bench import ab_runner
+
+    monkeypatch.setenv("EVPACK_AB_DIR", str(tmp_path / "cache"))
+    subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tiny_repo, check=True,
+                   capture_output=True)
+    head_so = next((tiny_repo / "python" / "evpack").glob("_C*.so"))
+    spec = baseline_build.validate(tiny_repo, "v1", False)
+    with baseline_build.prepared_baseline(tiny_repo, spec, build_now=True, progress=lambda *a: None) as opt:
+        wt = Path(opt["worktree"])
+        assert wt.is_dir() and tmp_path / "cache" in wt.parents
+        assert _git(wt, "rev-parse", "HEAD") == spec.commit
+        result = json.loads((Path(opt["build_output"]) / "result.json").read_text())
+        assert result["returncode"] == 0 and result["error"] == "" and result["so_path"].startswith(str(wt))
+        head = ab_runner.load_extension(head_so, "tiny_head._C")
+        stage = tmp_path / "bench"
+        side, meta = ab_stage.prepare({"baseline": opt}, stage, "h" * 64, False)
+        assert meta["status"] == "pass", meta
+        assert side.pairs == [("mma", "c1")] and head.kernels() == [("mma", "c2", "fp16", 64, 0, 128)]
+        assert side.sha256 == result["so_sha256"] == meta["base_so_sha256"]
+        assert (stage / "ab_build" / "build.log").is_file() and (stage / ab_stage.BINARY_FILE).is_file()
+    assert not wt.exists() and str(wt) not in _git(tiny_repo, "worktree", "list")
+
+
+def test_failed_base_build_is_an_ab_error_with_its_log(tiny_repo, tmp_path):
+    (tiny_repo / "python" / "evpack" / "_C.c").write_text("this is not C\n")
+    _git(tiny_repo, "commit", "-qam", "broken")
+    spec = baseline_build.BaselineSpec("HEAD", _git(tiny_repo, "rev-parse", "HEAD"), "x" * 40, False)
+    with baseline_build.prepared_baseline(tiny_repo, spec, build_now=True, progress=lambda *a: None) as opt:
+        res = json.loads((Path(opt["build_output"]) / "result.json").read_text())
+        assert res["returncode"] not in (0, None) and res["error"].startswith("base build exited")
+        side, meta = ab_stage.prepare({"baseline": opt}, tmp_path / "bench", "h" * 64, False)
+    assert side is None and meta["status"] == "error" and "bench/ab_build/build.log" in meta["reason"]
+    assert "error" in (tmp_path / "bench" / "ab_build" / "build.log").read_text().lower()
+
+
+# -- CLI: bad input is exit 2 before any stage runs ------------------------------------------------
+def _cli_error(tmp_path, *args, needle):
+    packs = tmp_path / "packs"
+    proc = run_cli(*args, "--packs-dir", str(packs))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], proc.stderr
+    assert not packs.exists() or not any(packs.iterdir())  # nothing ran, nothing written
+
+
+def test_cli_unknown_ref(tmp_path):
+    _cli_error(tmp_path, "bench", "--baseline", "no-such-branch-xyz", needle="unknown revision")
+
+
+def test_cli_ref_equal_to_head(tmp_path):
+    _cli_error(tmp_path, "bench", "--baseline", "HEAD", needle="needs --self-check")
+    _cli_error(tmp_path, "evidence", "--baseline", "HEAD", needle="needs --self-check")
+
+
+def test_cli_baseline_without_bench(tmp_path):
+    _cli_error(tmp_path, "sass", "--self-check", needle="need the bench stage")
+
+
+def test_cli_self_check_creates_and_removes_the_worktree(tmp_path, fake_env):
+    """On stand-in stages: the CLI validates, creates REF's worktree before the stages, passes the
+    baseline to the bench stage's options, and removes the worktree after the run (no GPU: no build)."""
+    env = fake_env({})
+    env["EVPACK_AB_DIR"] = str(tmp_path / "ab")
+    proc = run_cli("bench", "--self-check", "--packs-dir", str(tmp_path / "packs"), "--no-verify", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pack = next(p for p in (tmp_path / "packs").iterdir() if p.is_dir() and not p.is_symlink())
+    opt = json.loads((pack / "pack.json").read_text())["options"]["baseline"]
+    head = _git(REPO, "rev-parse", "HEAD")
+    assert opt["commit"] == opt["head_commit"] == head and opt["self_check"] is True and opt["ref"] == "HEAD"
+    assert Path(opt["worktree"]).parent.parent == tmp_path / "ab"
+    assert list((tmp_path / "ab").iterdir()) == []
+    assert opt["worktree"] not in _git(REPO, "worktree", "list")
