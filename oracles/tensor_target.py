@@ -13,7 +13,7 @@ from common import make_qkv, torch, write_result
 from evpack import registry
 from evpack.api import _extension, run_kernel
 from evpack.binary import loaded_binary
-from evpack.ncu import required_flops, tile_padded_flops
+from evpack.parsers.ncu import required_flops, tile_padded_flops
 
 CANONICAL = dict(B=2, H=8, S=512)
 

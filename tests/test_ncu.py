@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evpack.ncu import COVERAGE_MIN, HFMA2_INST, HMMA_INST, parse_ncu_csv, required_flops, tile_padded_flops
+from evpack.parsers.ncu import COVERAGE_MIN, HFMA2_INST, HMMA_INST, parse_ncu_csv, required_flops, tile_padded_flops
 
 FIX = Path(__file__).parent / "fixtures" / "ncu"
 

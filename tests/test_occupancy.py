@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from evpack import occupancy, tools
+from evpack import tools
+from evpack.parsers import occupancy
 
 
 def test_opt_in_limits_per_arch():

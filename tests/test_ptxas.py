@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evpack import ptxas, registry
+from evpack import registry
+from evpack.parsers import ptxas
 from evpack.stages import ptxas as stage
 from evpack.stages.base import ERROR, FAIL, PASS, SKIPPED, StageContext
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evpack.sanitizer import TOOLS, canary_caught, cell_status, parse_sanitizer
+from evpack.parsers.sanitizer import TOOLS, canary_caught, cell_status, parse_sanitizer
 
 FIX = Path(__file__).parent / "fixtures" / "sanitizer"
 PROBE_FAULTS = ("clean", "oob", "race", "uninit", "divsync")

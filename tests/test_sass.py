@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from evpack import binary, registry, sass, tools
+from evpack import binary, registry, tools
+from evpack.parsers import sass
 from evpack.stages import sass as stage
 from evpack.stages.base import ERROR, FAIL, PASS, SKIPPED, StageContext
 

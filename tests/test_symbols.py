@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evpack import registry, symbols
+from evpack import registry
+from evpack.parsers import symbols
 
 FIX = Path(__file__).parent / "fixtures"
 

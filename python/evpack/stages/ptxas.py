@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import occupancy, ptxas, registry, symbols
+from .. import registry
+from ..parsers import occupancy, ptxas, symbols
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json
 
 NAME = "ptxas"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import registry
-from ..sanitizer import TOOLS, canary_caught, cell_status, parse_sanitizer
+from ..parsers.sanitizer import TOOLS, canary_caught, cell_status, parse_sanitizer
 from ..tools import find_tool
 from .base import ERROR, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .procs import Job, oracle_cmd, run_jobs, selected_variants

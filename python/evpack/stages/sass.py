@@ -19,7 +19,8 @@ import gzip
 import subprocess
 from pathlib import Path
 
-from .. import binary, sass, symbols, tools
+from .. import binary, tools
+from ..parsers import sass, symbols
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
 from .ptxas import load_built_kernels, split_canaries, summary_counts, unknown_built, write_csv
 

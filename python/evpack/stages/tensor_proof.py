@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import registry
-from ..ncu import COVERAGE_MIN, METRICS, parse_ncu_csv
+from ..parsers.ncu import COVERAGE_MIN, METRICS, parse_ncu_csv
 from ..tools import find_tool
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from . import registry
+from .. import registry
 
 # C++ element type (as mangled: <length><name>) -> registry dtype. The one mapping.
 MANGLED_DTYPES = {"6__half": "fp16", "13__nv_bfloat16": "bf16"}
