@@ -65,6 +65,25 @@ void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& q) {
   }
 }
 
+// Why no kernel matches (variant, config, dtype, head_dim): names what this extension holds. Cold path.
+void lookup_failed(const std::string& variant, const std::string& config, const char* dtype,
+                   int64_t head_dim) {
+  std::vector<std::string> variants, configs, builds;
+  std::set<std::string> seen;
+  for (const evpack::KernelEntry& e : evpack::registered_kernels()) {
+    if (seen.insert(e.variant).second) variants.push_back(e.variant);
+    if (variant == e.variant) {
+      if (std::find(configs.begin(), configs.end(), e.config) == configs.end()) configs.push_back(e.config);
+      if (config == e.config) builds.push_back(std::string(e.dtype) + "/d" + std::to_string(e.head_dim));
+    }
+  }
+  TORCH_CHECK(seen.count(variant), "variant: unknown variant '", variant, "' (known: ", join(variants), ")");
+  TORCH_CHECK(std::find(configs.begin(), configs.end(), config) != configs.end(), "config: unknown config '",
+              config, "' for variant '", variant, "' (known: ", join(configs), ")");
+  TORCH_CHECK(false, "q: variant '", variant, "' config '", config, "' is not built for dtype ", dtype,
+              " and head_dim ", head_dim, " (built: ", join(builds), ")");
+}
+
 void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out, bool causal,
              double scale, const std::string& variant, const std::string& config, int64_t stream) {
   TORCH_CHECK(q.defined(), "q: must be a tensor, got None");
@@ -80,24 +99,10 @@ void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::
   TORCH_CHECK(seqlen <= std::numeric_limits<int>::max() / 2, "q: seqlen too large, got ", seqlen);
   TORCH_CHECK(std::isfinite(scale), "scale: must be finite, got ", scale);
 
-  // Kernel lookup: unknown names list what this extension holds.
+  // Kernel lookup. The diagnostic lists (what this extension holds) are built only when it fails.
   const char* dtype = dtype_name(q.scalar_type());
-  std::vector<std::string> variants, configs, builds;
-  std::set<std::string> seen;
-  for (const evpack::KernelEntry& e : evpack::registered_kernels()) {
-    if (seen.insert(e.variant).second) variants.push_back(e.variant);
-    if (variant == e.variant) {
-      if (std::find(configs.begin(), configs.end(), e.config) == configs.end()) configs.push_back(e.config);
-      if (config == e.config) builds.push_back(std::string(e.dtype) + "/d" + std::to_string(e.head_dim));
-    }
-  }
-  TORCH_CHECK(seen.count(variant), "variant: unknown variant '", variant, "' (known: ", join(variants), ")");
-  TORCH_CHECK(std::find(configs.begin(), configs.end(), config) != configs.end(), "config: unknown config '",
-              config, "' for variant '", variant, "' (known: ", join(configs), ")");
   const evpack::KernelEntry* entry = evpack::find_kernel(variant, config, dtype, static_cast<int>(head_dim));
-  TORCH_CHECK(entry != nullptr, "q: variant '", variant, "' config '", config, "' is not built for dtype ", dtype,
-              " and head_dim ", head_dim, " (built: ", join(builds), ")");
-
+  if (entry == nullptr) lookup_failed(variant, config, dtype, head_dim);
   // Kernels launch on the current CUDA device; the stream handle must belong to q's device.
   int current = -1;
   const cudaError_t dev_err = cudaGetDevice(&current);

@@ -62,6 +62,7 @@
 
 #include <cuda_runtime.h>
 
+#include "evpack/kernel_common.cuh"
 #include "evpack/params.h"
 #include "evpack/registry.h"
 #include "evpack/static_switch.h"
@@ -80,22 +81,6 @@ constexpr int kAtomK = 16;  // reduction depth of one atom
 constexpr int kChunkElems = 8;  // one 16-byte chunk of a shared-memory row = 8 elements of T
 
 // ---- PTX wrappers ------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {  // generic -> shared-window address
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy; src_bytes = 0 reads nothing and zero-fills the 16 bytes.
-__device__ __forceinline__ void cp_async_16(uint32_t s_dst, const void* g_src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s_dst), "l"(g_src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {  // at most kPending of this thread's groups in flight
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 // Four 8x8 matrices of 16-bit elements; lane l gives the row address for matrix l / 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t s_addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -228,7 +213,7 @@ struct Layout {
 // 128 contiguous bytes of one row, and since kRowStep % 8 == 0 every row it copies has the same
 // swizzle, so its shared addresses differ by immediates and its global ones by one 64-bit step.
 template <int kThreads, int kRows, int kChunks, class T>
-__device__ __forceinline__ void copy_rows_async(uint32_t s_dst, const T* g_src, int64_t g_stride, int row0,
+__device__ __forceinline__ void copy_rows_swizzled(uint32_t s_dst, const T* g_src, int64_t g_stride, int row0,
                                                 int seqlen, int tid) {
   constexpr int kRowStep = kThreads / kChunks;  // rows per pass of the CTA
   static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0,
@@ -333,10 +318,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, (Layout<Cfg, T, kHeadDim>::kMin
   const int m0 = (gridDim.x - 1 - blockIdx.x) * L::BM;  // first query row of this CTA
   const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
   const int S = p.seqlen;
-  const T* gQ = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;  // (S, D)
-  const T* gK = static_cast<const T*>(p.k) + b * p.k_batch_stride + h * p.k_head_stride;  // (S, D)
-  const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + h * p.v_head_stride;  // (S, D)
-  T* gO = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;              // (S, D)
+  const HeadTiles<T> gHead = head_tiles<T>(p, b, h);
+  const T* gQ = gHead.q;  // (S, D)
+  const T* gK = gHead.k;  // (S, D)
+  const T* gV = gHead.v;  // (S, D)
+  T* gO = gHead.o;        // (S, D)
 
   const int warp_row_off = warp * L::kRowsPerWarp;  // this warp's first row in the tile
   const int warp_row0 = m0 + warp_row_off;           // ... and in the sequence
@@ -347,12 +333,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, (Layout<Cfg, T, kHeadDim>::kMin
 
   auto copy_kv_tile = [&](int tile, int stage) {  // K and V tile `tile` -> ring slot `stage`
     const uint32_t slot = sRing + stage * L::kStageBytes;
-    copy_rows_async<kThreads, BN, kChunks>(slot, gK, p.k_row_stride, tile * BN, S, tid);
-    copy_rows_async<kThreads, BN, kChunks>(slot + L::kTileBytes, gV, p.v_row_stride, tile * BN, S, tid);
+    copy_rows_swizzled<kThreads, BN, kChunks>(slot, gK, p.k_row_stride, tile * BN, S, tid);
+    copy_rows_swizzled<kThreads, BN, kChunks>(slot + L::kTileBytes, gV, p.v_row_stride, tile * BN, S, tid);
   };
 
   // ---- prologue: Q, then K/V tiles 0 .. kStages-2, one cp.async group each -----------------------
-  copy_rows_async<kThreads, L::BM, kChunks>(sQ, gQ, p.q_row_stride, m0, S, tid);
+  copy_rows_swizzled<kThreads, L::BM, kChunks>(sQ, gQ, p.q_row_stride, m0, S, tid);
   cp_async_commit();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {

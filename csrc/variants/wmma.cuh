@@ -29,6 +29,7 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include "evpack/kernel_common.cuh"
 #include "evpack/params.h"
 #include "evpack/registry.h"
 #include "evpack/static_switch.h"
@@ -99,22 +100,9 @@ EVPACK_WMMA_LOAD_BF16_SHARED(FragBRow<__nv_bfloat16>, "wmma.load.b.sync.aligned.
 EVPACK_WMMA_LOAD_BF16_SHARED(FragBCol<__nv_bfloat16>, "wmma.load.b.sync.aligned.col.m16n16k16.shared.bf16")
 #undef EVPACK_WMMA_LOAD_BF16_SHARED
 
-// ---- cp.async (sm_80+): 16-byte global -> shared copies, zero-filled when `valid` is false ----
-__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  const int src_bytes = valid ? 16 : 0;  // 0 source bytes: the 16 destination bytes are zero-filled
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {  // at most kPending of this thread's groups in flight
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 // Rows [row0, row0 + kRows) of a (seqlen, D) matrix -> sDst (kRows, s_stride); rows past seqlen are zero.
 template <int kThreads, int kRows, int kHeadDim, class T>
-__device__ __forceinline__ void copy_rows_async(T* sDst, int s_stride, const T* gSrc, int64_t g_stride, int row0,
+__device__ __forceinline__ void copy_rows_padded(T* sDst, int s_stride, const T* gSrc, int64_t g_stride, int row0,
                                                 int seqlen, int tid) {
   constexpr int kVecsPerRow = kHeadDim / kVecElems;
   static_assert(kRows * kVecsPerRow % kThreads == 0, "wmma: tile copy must split evenly over the threads");
@@ -124,7 +112,7 @@ __device__ __forceinline__ void copy_rows_async(T* sDst, int s_stride, const T* 
     const int r = c / kVecsPerRow, col = (c % kVecsPerRow) * kVecElems;
     const bool valid = row0 + r < seqlen;
     const T* src = valid ? gSrc + int64_t(row0 + r) * g_stride + col : gSrc;  // any mapped address when invalid
-    cp_async_16(sDst + r * s_stride + col, src, valid);
+    cp_async_16(smem_u32(sDst + r * s_stride + col), src, valid);
   }
 }
 
@@ -222,10 +210,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(FwdParams p) {
   const int m0 = blockIdx.x * BM;  // first query row of this CTA
   const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
   const int S = p.seqlen;
-  const T* gQ = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;  // (S, D)
-  const T* gK = static_cast<const T*>(p.k) + b * p.k_batch_stride + h * p.k_head_stride;  // (S, D)
-  const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + h * p.v_head_stride;  // (S, D)
-  T* gO = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;              // (S, D)
+  const HeadTiles<T> gHead = head_tiles<T>(p, b, h);
+  const T* gQ = gHead.q;  // (S, D)
+  const T* gK = gHead.k;  // (S, D)
+  const T* gV = gHead.v;  // (S, D)
+  T* gO = gHead.o;        // (S, D)
 
   float* sS = reinterpret_cast<float*>(smem + L::kSOffset) + warp * L::kSWarpFloats;  // (16, BN + 4) this warp's
   T* sP = reinterpret_cast<T*>(sS);                                                   // (16, 2 * (BN + 4)) in place
@@ -233,9 +222,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(FwdParams p) {
   const int warp_row0 = m0 + warp * kFrag;  // first query row of this warp
 
   // ---- prologue: Q tile and K tile 0 in flight -------------------------------------------------
-  copy_rows_async<kThreads, BM, D>(sQ, L::kQStride, gQ, p.q_row_stride, m0, S, tid);
+  copy_rows_padded<kThreads, BM, D>(sQ, L::kQStride, gQ, p.q_row_stride, m0, S, tid);
   cp_async_commit();
-  copy_rows_async<kThreads, BN, D>(sK, L::kKVStride, gK, p.k_row_stride, 0, S, tid);
+  copy_rows_padded<kThreads, BN, D>(sK, L::kKVStride, gK, p.k_row_stride, 0, S, tid);
   cp_async_commit();
   cp_async_wait<1>();  // Q has landed (K0 may still be in flight)
   __syncthreads();
@@ -271,7 +260,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(FwdParams p) {
 
   for (int j = 0; j < n_tiles; ++j) {
     const int n0 = j * BN;  // first key of the tile
-    copy_rows_async<kThreads, BN, D>(sV, L::kKVStride, gV, p.v_row_stride, n0, S, tid);
+    copy_rows_padded<kThreads, BN, D>(sV, L::kKVStride, gV, p.v_row_stride, n0, S, tid);
     cp_async_commit();
     cp_async_wait<1>();  // K_j has landed (V_j may still be in flight)
     __syncthreads();
@@ -297,7 +286,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(FwdParams p) {
     __syncthreads();  // every warp is done with sK
 
     if (j + 1 < n_tiles)
-      copy_rows_async<kThreads, BN, D>(sK, L::kKVStride, gK, p.k_row_stride, n0 + BN, S, tid);
+      copy_rows_padded<kThreads, BN, D>(sK, L::kKVStride, gK, p.k_row_stride, n0 + BN, S, tid);
     cp_async_commit();  // possibly empty: keeps the group count uniform
 
     if (warp_active) {

@@ -57,7 +57,8 @@ def check_inputs(q, k, v, *, scale=None, variant: str = "wmma", config: str | No
     for name, t in named:
         if t.stride(-1) != 1:
             raise ValueError(f"{name}: the last dim must be contiguous (stride(-1) == 1), got strides {t.stride()}")
-        if any(s % 8 for s in t.stride()[:3] if s):
+        # the binding's rule (csrc/bindings.cpp check_tensor): a dimension of size 1 is never stepped over
+        if any(t.shape[i] != 1 and t.stride(i) % 8 for i in range(3)):
             raise ValueError(f"{name}: batch/head/row strides must be multiples of 8 elements (16-byte rows), "
                              f"got strides {t.stride()}")
     if scale is None:
