@@ -141,3 +141,24 @@ def test_label_verifies_first_and_refuses_incomplete_folders(tmp_path, fake_env)
     (inc / "index.json").write_text("{}")
     refused = run_cli("label", str(inc), env=env)
     assert refused.returncode == 2 and "interrupted" in refused.stderr
+
+
+@pytest.mark.slow
+def test_forced_spills_make_the_ptxas_command_exit_non_zero(tmp_path):
+    """The exit-status contract end to end on a CPU: a real build with forced spills, the real PTXAS
+    stage, a pack labelled failed, exit 1 (README: `EVPACK_NVCC_FLAGS=... nox -s ptxas`)."""
+    import os
+    import shutil
+
+    from evpack import tools
+
+    if tools.cuda_home() is None or shutil.which("ninja") is None and not tools.find_tool("ninja"):
+        pytest.skip("no CUDA toolkit (nvcc) or ninja: the build stage cannot run here")
+    env = dict(os.environ, EVPACK_NVCC_FLAGS="-maxrregcount=32 -Xptxas --override-directive-values",
+               EVPACK_VARIANTS="scalar", EVPACK_CUDA_ARCHS="90", EVPACK_CANARIES="0")
+    env.pop("FAKE_PLAN", None)
+    out = run_cli("ptxas", "--packs-dir", str(tmp_path / "packs"), env=env, timeout=900)
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "requirement partial: NOT met by evidence:failed" in out.stdout
+    pj = json.loads(next((tmp_path / "packs").glob("2*/pack.json")).read_text())
+    assert pj["gates"]["ptxas_resources"]["status"] == "fail"
