@@ -65,29 +65,37 @@ def _pack(tmp_path, name, rows):
     return tmp_path / name
 
 
+def _main(args: list[str]) -> int:
+    from evpack.cli import main
+
+    return main(["compare", *args])
+
+
 def test_main_exit_codes(tmp_path, capsys):
     a = _pack(tmp_path, "a", [row(), row("sdpa", "default", "", 50.0)])
     same = _pack(tmp_path, "same", [row(median=50.1), row("sdpa", "default", "", 50.0)])
     slow = _pack(tmp_path, "slow", [row(median=60.0), row("sdpa", "default", "", 50.0)])
-    assert cmp.main([str(a), str(same)]) == 0
-    assert cmp.main([str(a), str(slow)]) == 1
+    assert _main([str(a), str(same)]) == 0
+    assert _main([str(a), str(slow)]) == 1
     out = capsys.readouterr()
     assert "SLOWER" in out.out and "REGRESSION" in out.err
     # accepts the bench folder or the summary file too
-    assert cmp.main([str(a / "bench"), str(same / "bench" / "summary.json")]) == 0
+    assert _main([str(a / "bench"), str(same / "bench" / "summary.json")]) == 0
 
 
 def test_main_bad_input(tmp_path, capsys):
     a = _pack(tmp_path, "a", [row()])
-    assert cmp.main([str(a), str(tmp_path / "missing")]) == 2
+    assert _main([str(a), str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("compare:") and "\n" not in err
+    assert err.startswith("error:") and "\n" not in err
     (tmp_path / "nobench").mkdir()
-    assert cmp.main([str(a), str(tmp_path / "nobench")]) == 2
+    assert _main([str(a), str(tmp_path / "nobench")]) == 2
     assert "no bench data" in capsys.readouterr().err
     empty = _pack(tmp_path, "empty", [])
-    assert cmp.main([str(a), str(empty)]) == 2
+    assert _main([str(a), str(empty)]) == 2
     (tmp_path / "bad" / "bench").mkdir(parents=True)
     (tmp_path / "bad" / "bench" / "summary.json").write_text("{not json")
-    assert cmp.main([str(a), str(tmp_path / "bad")]) == 2
-    assert cmp.main([str(a)]) == 2
+    assert _main([str(a), str(tmp_path / "bad")]) == 2
+    with pytest.raises(SystemExit) as usage:  # argparse: a missing PACK_B is a usage error
+        _main([str(a)])
+    assert usage.value.code == 2

@@ -263,8 +263,11 @@ def cmd_env(args) -> int:
 def cmd_compare(args) -> int:
     from .bench.compare import CompareInputError, compare_rows, exit_code, load, regressions, render
 
+    def bench_of(arg: str) -> Path:  # a pack, its bench/ folder or a summary.json; or a pack id / 'latest'
+        return Path(arg) if Path(arg).exists() else resolve_pack(arg)
+
     try:
-        a, b = load(resolve_pack(args.pack)), load(resolve_pack(args.pack_b))
+        a, b = load(bench_of(args.pack)), load(bench_of(args.pack_b))
     except CompareInputError as exc:
         raise PackError(str(exc)) from None
     diff = compare_rows(a["rows"], b["rows"])
