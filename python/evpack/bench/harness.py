@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -213,10 +214,13 @@ def sample_interleaved(timers: Sequence[Timer], rule: StopRule, time_cap_s: floa
     cycles_per_s = sleep_cycles_per_s(timers[0].stream)
     active = list(timers)
     t0 = time.perf_counter()
-    rnd = 0
+    # Each round in a fresh (seeded, reproducible) random order: no implementation always runs right
+    # after the same one. A fixed cyclic order made an A/B twin always follow its head twin, and the
+    # self-check of one binary against a copy of itself then read 2-5% SLOWER on 9 of 168 rows.
+    rng = random.Random(0x5EED + len(timers))
     while active:
-        order = active[rnd % len(active):] + active[:rnd % len(active)]  # rotate who goes first
-        rnd += 1
+        order = list(active)
+        rng.shuffle(order)
         for t in order:
             try:
                 t.sample(slice_s, cycles_per_s)
