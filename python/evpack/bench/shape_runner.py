@@ -14,14 +14,19 @@ Per shape:
     launched (profiler).
  5. Per mode: a harness.Timer for every implementation that passed its probe, sampled
     interleaved (harness.sample_interleaved) through the same harness and stream.
- 6. Re-check after timing: one more call of each of ours on set 0 against the reference;
-    a wrong result makes every row of that config `fail`.
+ 6. Re-check after timing: one more call of each of ours on set 0, into a NaN-poisoned output,
+    against the reference; a wrong result makes every row of that config `fail`.
+ 7. Timed outputs (ours): in a few batches of every mode the output of one timed call is kept
+    and, after the batch, compared bit for bit with an untimed call on the same input set into a
+    NaN-poisoned output (harness.Timer.check); the counts, the device-drain times and the
+    persisting-L2 checks go into the row (bench/integrity.py judges them in derive).
 Per-measurement time caps shrink when the suite's budget_s runs short.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -66,6 +71,7 @@ class ShapeRunner:
         self.remaining = suite.measurements * self.n_impls
         self.t_start = time.perf_counter() if t_start is None else t_start
         self._tags: tuple[str, ...] = ()
+        self.suite_causal = False  # causal flag of the shape being measured (checked calls)
 
     def cap(self) -> float:
         """Sampling time per implementation and mode, shrunk when the suite's budget runs short."""
@@ -87,6 +93,7 @@ class ShapeRunner:
     def run_shape(self, ss) -> None:
         shape = ss.shape
         self._tags = ss.tags
+        self.suite_causal = shape.causal
         n_sets = roofline.rotation_sets(3 * shape.numel * shape.elem_bytes, self.l2)
         torch.cuda.empty_cache()
         free, _ = torch.cuda.mem_get_info()
@@ -178,8 +185,11 @@ class ShapeRunner:
         timers: list[tuple[Impl, harness.Timer]] = []
         for im in impls:
             try:
-                timers.append((im, harness.Timer(im.fn, sets, mode, self.rule, stream=self.stream,
-                                                 context=im.context, name=f"{im.variant}/{im.config}")))
+                timer = harness.Timer(im.fn, sets, mode, self.rule, stream=self.stream, context=im.context,
+                                      name=f"{im.variant}/{im.config}")
+                if im.impl == OURS:
+                    timer.check = self._timed_checker(im, sets)
+                timers.append((im, timer))
             except Exception as exc:  # noqa: BLE001
                 log.warning("%s %s/%s %s: %s", shape.key, im.variant, im.config, mode, _why(exc))
                 self.stream.synchronize()
@@ -198,19 +208,39 @@ class ShapeRunner:
                 m = t.measurement(wall)
                 row = new_row(im.impl, im.variant, im.config, shape, mode, must_run=im.must_run, stop=m.stop,
                               calls_per_sample=m.calls_per_sample, n_sets=m.n_sets, capture_ms=m.capture_ms,
-                              wall_s=m.wall_s, notes=m.notes, **im.extra)
+                              wall_s=m.wall_s, notes=m.notes, **im.extra, **t.integrity())
                 self.samples[row["key"]] = m.times_us
             im.rows += self._add([row])
         log.debug("%s %s: %d implementations interleaved in %.2f s", shape.key, mode, len(timers), wall)
 
+    def _checked_call(self, im: Impl, q, k, v) -> torch.Tensor:
+        """One untimed call of ours on self.stream into a NaN-poisoned output (what it leaves unwritten stays NaN)."""
+        from ..api import _extension
+
+        causal = bool(self.suite_causal)
+        with torch.cuda.stream(self.stream):
+            out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
+            _extension(im.variant).forward(q, k, v, out, causal, 1.0 / math.sqrt(q.shape[-1]), im.variant, im.config,
+                                           self.stream.cuda_stream)
+        return out
+
+    def _timed_checker(self, im: Impl, sets):
+        """Timer.check for one of ours: mismatching elements between a kept timed output and an untimed call."""
+        def check(set_index: int, timed_out) -> int:
+            with torch.cuda.stream(self.stream):
+                again = self._checked_call(im, *sets[set_index])
+                bad = (timed_out.view(torch.int16) != again.view(torch.int16)).sum() + (~torch.isfinite(again)).sum()
+                return int(bad.item())
+        return check
+
     def _recheck(self, impls: list[Impl], sets, ref) -> None:
-        """One more call of each of ours after all timing, compared with the fp32 reference."""
+        """One more call of each of ours after all timing, into a NaN-poisoned output, against the fp32 reference."""
         for im in impls:
             if im.impl != OURS:
                 continue
             try:
                 with torch.cuda.stream(self.stream):
-                    err = baselines.max_abs_err(im.fn(*sets[0]), ref)
+                    err = baselines.max_abs_err(self._checked_call(im, *sets[0]), ref)
                 why = "" if err is not None else "non-finite output after timing"
             except Exception as exc:  # noqa: BLE001
                 err, why = None, f"re-check raised {_why(exc)}"

@@ -5,8 +5,9 @@ import importlib
 import os
 from types import ModuleType
 
+# canaries comes last: its matrix reads the outcome of every gate that runs a canary, bench included.
 STAGE_ORDER = ("build", "ptxas", "sass", "tensor_proof", "sanitize", "correctness", "stability",
-               "canaries", "bench")
+               "bench", "canaries")
 
 DEPENDS_ON = {
     "build": (),
