@@ -246,3 +246,10 @@ def test_the_h200_run_measured_the_integrity_costs():
     assert rec["timed_checks"] > 0 and rec["rows_with_checks"] > 0
     assert rec["drain_us_max_of_rows"] < integrity.DRAIN_LIMIT_US
     assert json.dumps(rec)  # plain JSON for the notes
+
+
+def test_canaries_run_last_but_keep_their_place_in_the_pack_and_report():
+    from evpack.stages.order import RUN_ORDER, STAGE_ORDER
+
+    assert RUN_ORDER[-1] == "canaries" and sorted(RUN_ORDER) == sorted(STAGE_ORDER)
+    assert STAGE_ORDER.index("canaries") < STAGE_ORDER.index("bench")  # packs before this change render alike

@@ -24,7 +24,7 @@ from .pack import (
 from .report import write_reports
 from .runner import final_outcome, record_skip, run_stage
 from .stages.base import PASS, read_json, write_json
-from .stages.order import DEPENDS_ON, STAGE_ORDER, stage_module, with_dependencies
+from .stages.order import DEPENDS_ON, RUN_ORDER, STAGE_ORDER, stage_module, with_dependencies
 from .toolchain import toolchain
 
 log = logging.getLogger("evpack")
@@ -79,7 +79,7 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
     t_all = time.monotonic()
     durations: dict[str, float] = {}
     outcomes = {}
-    for i, name in enumerate(STAGE_ORDER, 1):
+    for i, name in enumerate(RUN_ORDER, 1):
         mod = stage_module(name)
         stage_dir = tmp / name
         t0 = time.monotonic()
