@@ -253,3 +253,18 @@ def test_canaries_run_last_but_keep_their_place_in_the_pack_and_report():
 
     assert RUN_ORDER[-1] == "canaries" and sorted(RUN_ORDER) == sorted(STAGE_ORDER)
     assert STAGE_ORDER.index("canaries") < STAGE_ORDER.index("bench")  # packs before this change render alike
+
+
+def test_the_bench_refill_keeps_the_pointers_and_changes_every_value():
+    import torch
+
+    from evpack.bench.shape_runner import refill_in_place
+
+    qkv = tuple(torch.zeros(2, 3, 17, 64, dtype=torch.float16) for _ in range(3))
+    ptrs = [t.data_ptr() for t in qkv]
+    refill_in_place(qkv, 5)
+    assert [t.data_ptr() for t in qkv] == ptrs
+    assert all(bool((t != 0).float().mean() > 0.99) for t in qkv) and not torch.equal(qkv[0], qkv[1])
+    again = tuple(torch.zeros_like(t) for t in qkv)
+    refill_in_place(again, 5)
+    assert all(torch.equal(a, b) for a, b in zip(qkv, again, strict=True))
