@@ -53,3 +53,57 @@ def write_result(path: str, obj) -> None:
 
 def cuda_error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+
+# -- checked calls: poisoned outputs, untouched inputs, in-place refills (the cheat checks) ---------------
+
+def heavy_tailed(shape, gen, df: int = 3) -> torch.Tensor:
+    """Student-t samples (df degrees of freedom) in float32: a normal over the root mean square of df normals."""
+    z = torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32)
+    chi = torch.randn((df, *shape), generator=gen, device="cuda", dtype=torch.float32).square().mean(0)
+    return (z / chi.sqrt()).clamp_(-1000.0, 1000.0)
+
+
+def make_inputs(b: int, h: int, s: int, d: int, dtype: str, seed: int, layout: str = "bhsd", dist: str = "normal"):
+    """make_qkv with a choice of distribution: 'normal' (== make_qkv) or 'student_t3' (heavy tails)."""
+    if dist == "normal":
+        return make_qkv(b, h, s, d, dtype, seed, layout)
+    if dist != "student_t3":
+        raise ValueError(f"dist: unknown distribution {dist!r}")
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    shape = (b, s, h, d) if layout == "bshd" else (b, h, s, d)
+    qkv = [heavy_tailed(shape, g).to(DTYPES[dtype]) for _ in range(3)]
+    return [t.transpose(1, 2) for t in qkv] if layout == "bshd" else qkv
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int16)
+
+
+def snapshot(tensors) -> list[torch.Tensor]:
+    return [t.clone() for t in tensors]
+
+
+def changed_elements(tensors, snap) -> torch.Tensor:
+    """Device scalar: elements of q, k, v whose bits differ from the snapshot (no host sync)."""
+    return sum((bits(t) != bits(s)).sum() for t, s in zip(tensors, snap, strict=True))
+
+
+def poisoned_out(q: torch.Tensor) -> torch.Tensor:
+    """A NaN-filled output buffer: an element the kernel does not write stays NaN."""
+    return torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
+
+
+def bound_for(q, k, v, causal: bool, scale: float):
+    """(float64 reference, PyTorch same-precision error, rounding floor, bound) of one input set."""
+    ref = reference(q, k, v, causal, scale)
+    pt_err = (torch_same_precision(q, k, v, causal, scale).double() - ref).abs().max().item()
+    floor = 2 * (ref.to(q.dtype).double() - ref).abs().max().item()
+    return ref, pt_err, floor, 2 * pt_err + floor
+
+
+def max_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |out - ref|, inf when any element is NaN/Inf (e.g. left poisoned)."""
+    if not bool(torch.isfinite(out).all().item()):
+        return float("inf")
+    return (out.double() - ref).abs().max().item()

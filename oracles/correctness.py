@@ -4,20 +4,37 @@ Bound (flash-attention's rule): max |out - ref| <= 2 * max |torch_out - ref| + f
 where torch_out is PyTorch's own attention in the same precision and floor is
 twice the rounding error of the reference itself in the output dtype. NaN/Inf
 always fails. The output buffer is poisoned with NaN before every call, so an
-element the kernel never writes is caught. Inputs are fresh random per trial.
+element the kernel never writes is caught; q, k and v are compared bit for bit before and after
+every call, so a kernel that writes its inputs is caught. Inputs are fresh random per trial.
 
-    python oracles/correctness.py --variant wmma --out results.json [--quick]
+With --shortcut-seed N the oracle also checks the pack's seeded set of shortcut-defeating cases
+(stages/correctness.shortcut_cases: odd S, S = 1, a large S, sharper softmax, heavy tails); every
+row records |ref| so the stage can require the reference to stand far above the bound.
+
+    python oracles/correctness.py --variant wmma --out results.json [--quick] [--shortcut-seed N]
 """
 from __future__ import annotations
 
 import argparse
 import time
 
-from common import DTYPES, default_scale, make_qkv, reference, torch, torch_same_precision, write_result
+from common import (
+    DTYPES,
+    bound_for,
+    changed_elements,
+    default_scale,
+    make_inputs,
+    max_err,
+    poisoned_out,
+    snapshot,
+    torch,
+    write_result,
+)
 
 from evpack import registry
 from evpack.api import _extension, check_inputs
 from evpack.binary import loaded_binary
+from evpack.stages.correctness import shortcut_cases
 
 SEQ_LENS = (1, 17, 63, 64, 65, 127, 512, 1000, 2048)
 SMALL_BH = ((1, 1), (2, 3))
@@ -45,24 +62,24 @@ def shape_grid(quick: bool):
 
 
 def check_one(var, cfg, shape) -> dict:
-    q, k, v = make_qkv(shape["B"], shape["H"], shape["S"], shape["D"], shape["dtype"], shape["seed"],
-                       shape["layout"])
-    scale = default_scale(shape["D"])
-    ref = reference(q, k, v, shape["causal"], scale)
-    pt_err = (torch_same_precision(q, k, v, shape["causal"], scale).double() - ref).abs().max().item()
-    floor = 2 * (ref.to(DTYPES[shape["dtype"]]).double() - ref).abs().max().item()
+    dist = shape.get("dist", "normal")
+    q, k, v = make_inputs(shape["B"], shape["H"], shape["S"], shape["D"], shape["dtype"], shape["seed"],
+                          shape["layout"], dist)
+    scale = default_scale(shape["D"]) * shape.get("scale_mult", 1.0)
+    ref, pt_err, floor, bound = bound_for(q, k, v, shape["causal"], scale)
     check_inputs(q, k, v, scale=scale, variant=var.name, config=cfg.name, include_canaries=True)
-    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)  # poisoned
+    before = snapshot((q, k, v))
+    out = poisoned_out(q)
     _extension(var.name).forward(q, k, v, out, shape["causal"], scale, var.name, cfg.name,
                                  torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
-    finite = bool(torch.isfinite(out).all().item())
+    changed = int(changed_elements((q, k, v), before).item())
     nonfinite = int((~torch.isfinite(out)).sum().item())
-    err = (out.double() - ref).abs().max().item() if finite else float("inf")
-    bound = 2 * pt_err + floor
+    err = max_err(out, ref)
+    ref_max = ref.abs().max().item()
     return dict(variant=var.name, config=cfg.name, **shape, scale=scale, max_err=err, torch_err=pt_err,
-                floor=floor, bound=bound, margin=bound - err, nonfinite=nonfinite,
-                passed=bool(finite and err <= bound))
+                floor=floor, bound=bound, margin=bound - err, nonfinite=nonfinite, ref_max=ref_max,
+                inputs_changed=changed, passed=bool(nonfinite == 0 and err <= bound and changed == 0))
 
 
 def main() -> int:
@@ -70,10 +87,14 @@ def main() -> int:
     ap.add_argument("--variant", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="a reduced grid (canaries)")
+    ap.add_argument("--shortcut-seed", type=int, default=None, help="also check the seeded shortcut-defeating set")
     args = ap.parse_args()
     var = registry.get(args.variant, include_canaries=True)
     rows, t0 = [], time.monotonic()
-    for shape in shape_grid(args.quick):
+    grid = [dict(shape, set="grid") for shape in shape_grid(args.quick)]
+    if args.shortcut_seed is not None:
+        grid += [dict(case, set="shortcut") for case in shortcut_cases(args.shortcut_seed)]
+    for shape in grid:
         if shape["dtype"] not in var.dtypes or shape["D"] not in var.head_dims:
             continue
         for cfg in var.configs:

@@ -76,6 +76,10 @@ def test_dropping_a_canary_from_expected_json_leaves_its_gate_unproven(ref_copy,
     _rehash(pack)
     problems = verify_pack(pack)
     assert any("stage canaries" in p and "error" in p for p in problems), problems
+    from evpack.derivation import final_outcome
+
+    out = final_outcome("canaries", pack)
+    assert out.status == "error" and "canary_oob_write" in out.reason
     assert any(p.startswith("label:") for p in problems)
 
 

@@ -28,7 +28,7 @@ from .pack import (
 from .reporting import missing_renderer
 from .runner import record_skip, run_stage
 from .signing import load_signing_key
-from .stages.order import DEPENDS_ON, STAGE_ORDER, stage_module, with_dependencies
+from .stages.order import DEPENDS_ON, RUN_ORDER, STAGE_ORDER, stage_module, with_dependencies
 from .toolchain import toolchain
 
 log = logging.getLogger("evpack")
@@ -111,7 +111,7 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
     durations: dict[str, float] = {}
     outcomes = {}
     n = len(STAGE_ORDER)
-    for i, name in enumerate(STAGE_ORDER, 1):
+    for i, name in enumerate(RUN_ORDER, 1):  # canaries last: they read every stage's catch
         mod = stage_module(name, stages)
         stage_dir = tmp / name
         t0 = time.monotonic()

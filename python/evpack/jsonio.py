@@ -7,14 +7,11 @@ from pathlib import Path
 from typing import Any
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def read_json(path: Path) -> Any:
-    """Parse a JSON file; NaN/Infinity (not JSON) are rejected like any other corruption."""
+    """Parse a JSON file. NaN and Infinity are accepted: raw files of oracle programs (and packs made by
+    older code) may hold them, and a pack is read as it is; what this package writes is strict."""
     with open(path, encoding="utf-8") as f:
-        return json.load(f, parse_constant=_reject_constant)
+        return json.load(f)
 
 
 def json_safe(obj: Any) -> Any:

@@ -165,12 +165,15 @@ GATE_OF_STAGE = {stage: gate for gate, (stage, _q) in STAGE_GATES.items()}
 # Gates every pack of a schema version must hold in pack.json (dropping one is a forgery).
 REQUIRED_GATES: dict[int, tuple[str, ...]] = {1: GATE_ORDER, 2: GATE_ORDER}
 
-# Catchers (the `expect_caught_by` of a canary) that every pack of a schema version must show
-# live, whatever the pack's own canaries/expected.json says. A catcher names a gate or a
-# sub-gate (a sanitizer tool).
-REQUIRED_CATCHERS: dict[int, tuple[str, ...]] = {
-    1: ("memcheck", "racecheck", "initcheck", "synccheck", "correctness", "stability", "tensor_proof"),
-    2: ("memcheck", "racecheck", "initcheck", "synccheck", "correctness", "stability", "tensor_proof"),
+# Canaries (planted faults, registry.CANARIES) that every pack of a schema version must have planted,
+# whatever the pack's own canaries/expected.json says: dropping one from that file leaves its gate
+# unproven. Each entry is a public name, like a gate's.
+_CANARIES_V1 = ("canary_oob_write", "canary_smem_race", "canary_uninit_read", "canary_divergent_sync",
+                "canary_wrong_result", "canary_second_launch", "canary_decoy_hmma")
+REQUIRED_CANARIES: dict[int, tuple[str, ...]] = {
+    1: _CANARIES_V1,
+    2: _CANARIES_V1 + ("canary_memo", "canary_wrong_stream", "canary_partial_write", "canary_input_mutation",
+                       "canary_side_stream", "canary_foreign_work"),
 }
 
 # Files at a pack's root, by schema version (index.json is checked separately).

@@ -117,6 +117,20 @@ CANARIES: tuple[Variant, ...] = (
             "correct on the first launch, corrupts one element from the second on", "stability"),
     _canary("canary_decoy_hmma", "oracles/canaries/decoy_hmma.cuh", "tensor",
             "contains an HMMA whose result is never used; the math runs on CUDA cores", "tensor_proof"),
+    _canary("canary_memo", "oracles/canaries/memo.cuh", "scalar",
+            "stale results: a host-side memo keyed by pointers, shape, causal and scale skips the launch on a "
+            "repeat", "stability"),
+    _canary("canary_wrong_stream", "oracles/canaries/wrong_stream.cuh", "scalar",
+            "wrong stream: launches on the legacy default stream whatever stream the caller passed", "stability"),
+    _canary("canary_partial_write", "oracles/canaries/partial_write.cuh", "scalar",
+            "partial write: never stores the last row of each 64-row query tile", "correctness"),
+    _canary("canary_input_mutation", "oracles/canaries/input_mutation.cuh", "scalar",
+            "input mutation: doubles q in place after reading it", "correctness"),
+    _canary("canary_side_stream", "oracles/canaries/side_stream.cuh", "scalar",
+            "impossible speed: the work runs on a private stream the timing events never see", "bench"),
+    _canary("canary_foreign_work", "oracles/canaries/foreign_work.cuh", "tensor",
+            "foreign work: both matrix products by cuBLAS, only the softmax by a kernel of this binary",
+            "tensor_proof"),
 )
 
 

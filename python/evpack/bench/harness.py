@@ -15,6 +15,15 @@ event pair measures the kernel, not how fast Python launches it. The host synchr
 once per batch, on the batch's last end event, which is outside every timed interval;
 the stopping rule (stats.stop_reason) is checked between batches.
 
+Integrity (since the timing-integrity checks): before every batch the persisting-L2 state is
+reset (reset_persisting_l2: cuCtxResetPersistingL2Cache, the persisting-L2 limit set to 0, the
+stream's access-policy window cleared) and after it the limit is read back (an op that raised it
+during timed calls is counted in l2_violations); after the batch's last end event the host waits
+for the whole device (torch.cuda.synchronize) and records how long that took (drain_s): work
+still running on another stream after the caller's stream finished shows up there. Optionally
+(Timer.check) the output of one timed call in a few batches is kept and handed to a checker
+after the batch, outside the timed region.
+
 Interleaving: the implementations of one shape and mode are sampled in rounds of short
 batches (sample_interleaved), not one after another. The same SDPA call timed in
 separate short windows of one run can land several percent apart (slow GPU states that
@@ -87,6 +96,69 @@ def _events(n: int) -> list[tuple[torch.cuda.Event, torch.cuda.Event]]:
     return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
 
 
+class _Driver:
+    """The few CUDA driver calls the persisting-L2 reset needs (libcuda through ctypes; torch has none)."""
+
+    LIMIT_PERSISTING_L2 = 0x06  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+    STREAM_ATTR_ACCESS_POLICY_WINDOW = 1  # CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW
+    ATTR_VALUE_BYTES = 64  # sizeof(CUstreamAttrValue): a union padded to 64 bytes
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self.ct = ctypes
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.zero_window = ctypes.create_string_buffer(self.ATTR_VALUE_BYTES)  # base 0, 0 bytes, hit ratio 0
+
+    def _ok(self, what: str, rc: int) -> None:
+        if rc != 0:
+            raise RuntimeError(f"{what} failed: CUresult {rc}")
+
+    def reset(self, stream) -> None:
+        self._ok("cuCtxResetPersistingL2Cache", self.lib.cuCtxResetPersistingL2Cache())
+        self._ok("cuCtxSetLimit", self.lib.cuCtxSetLimit(self.LIMIT_PERSISTING_L2, self.ct.c_size_t(0)))
+        self._ok("cuStreamSetAttribute", self.lib.cuStreamSetAttribute(
+            self.ct.c_void_p(stream.cuda_stream), self.STREAM_ATTR_ACCESS_POLICY_WINDOW, self.zero_window))
+
+    def persisting_limit(self) -> int:
+        v = self.ct.c_size_t(0)
+        self._ok("cuCtxGetLimit", self.lib.cuCtxGetLimit(self.ct.byref(v), self.LIMIT_PERSISTING_L2))
+        return int(v.value)
+
+
+_driver: _Driver | None = None
+
+
+def reset_persisting_l2(stream) -> float:
+    """Reset every persisting L2 line, set the persisting-L2 limit to 0 and clear the stream's access-policy
+    window; returns the host seconds it took."""
+    global _driver
+    t0 = time.perf_counter()
+    if _driver is None:
+        _driver = _Driver()
+    _driver.reset(stream)
+    return time.perf_counter() - t0
+
+
+def persisting_l2_limit() -> int:
+    """The current persisting-L2 set-aside in bytes (0 after reset_persisting_l2)."""
+    global _driver
+    if _driver is None:
+        _driver = _Driver()
+    return _driver.persisting_limit()
+
+
+def device_drain_s() -> float:
+    """Host seconds a device-wide synchronize takes right now (after the measuring stream has finished,
+    anything beyond the call's own overhead is work some other stream still had)."""
+    t0 = time.perf_counter()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+CHECK_BATCHES = frozenset((0, 1, 3, 7, 15, 31, 63, 127, 255))  # batches whose kept output is checked
+
+
 def _batch(launch: Callable[[], None], count: int, stream, events, sleep_cycles: int) -> tuple[list[float], float]:
     """Enqueue `count` timed launches behind a spin kernel; one sync after. Returns (ms list, host s)."""
     if sleep_cycles > 0:
@@ -113,6 +185,19 @@ def capture_graph(fn: Callable, sets: Sequence[tuple], calls: int, stream) -> tu
     return graph, capture_ms
 
 
+def _capture_keep_last(fn: Callable, sets: Sequence[tuple], calls: int, stream):
+    """capture_graph that also keeps the last call's output (and its set index) alive for checking."""
+    graph = torch.cuda.CUDAGraph()
+    last = None
+    with torch.cuda.graph(graph, stream=stream):
+        t0 = time.perf_counter()
+        for j in range(calls):
+            out = fn(*sets[j % len(sets)])
+        last = ((calls - 1) % len(sets), out)
+    capture_ms = (time.perf_counter() - t0) * 1e3
+    return graph, capture_ms, last
+
+
 class Timer:
     """One implementation made ready to sample in one mode: warmed up, graph captured, host rate known.
 
@@ -134,6 +219,14 @@ class Timer:
         self.graph, self.capture_ms, self.per = None, None, 1
         self._k = 0
         self._fn = fn
+        # integrity (see the module docstring)
+        self.check: Callable | None = None  # check(set_index, output) -> mismatching elements, outside timing
+        self.timed_checks, self.timed_mismatches, self.batches = 0, 0, 0
+        self.drains_s: list[float] = []
+        self.l2_reset_s, self.l2_violations, self.l2_error = 0.0, 0, ""
+        self._keep_at: int | None = None  # launch index (within the batch) whose output is kept
+        self._kept: tuple[int, object] | None = None
+        self._graph_out: tuple[int, object] | None = None
         stream.wait_stream(torch.cuda.current_stream())  # inputs made on the caller's stream are ready
         with torch.cuda.stream(stream), context():
             # warm-up: lazy init, cuDNN plan build, autotuning, first touch of every set
@@ -147,7 +240,7 @@ class Timer:
             est_call_s = (time.perf_counter() - t0) / 2
             if mode == "graph":
                 self.per = max(len(self.sets), min(rule.graph_calls, math.ceil(_GRAPH_TARGET_S / max(est_call_s, 1e-7))))
-                self.graph, self.capture_ms = capture_graph(fn, self.sets, self.per, stream)
+                self.graph, self.capture_ms, self._graph_out = _capture_keep_last(fn, self.sets, self.per, stream)
                 self.graph.replay()
                 stream.synchronize()
         self.est_sample_s = est_call_s * self.per
@@ -165,11 +258,48 @@ class Timer:
             return
         k = self._k
         self._k = k + 1
-        self._fn(*self.sets[k % len(self.sets)])
+        out = self._fn(*self.sets[k % len(self.sets)])
+        if self._keep_at is not None and k == self._keep_at:
+            self._kept = (k % len(self.sets), out)
 
     def _run(self, count: int, sleep_cycles: int) -> tuple[list[float], float]:
+        checking = self.check is not None and self.batches in CHECK_BATCHES
+        self._keep_at = self._k + count - 1 if checking and self.graph is None else None
+        self._kept = None
         with torch.cuda.stream(self.stream), self.context():
-            return _batch(self._launch, count, self.stream, self.events, sleep_cycles)
+            self._reset_l2()
+            got = _batch(self._launch, count, self.stream, self.events, sleep_cycles)
+        self.drains_s.append(device_drain_s())
+        if not self.l2_error:
+            try:
+                self.l2_violations += persisting_l2_limit() != 0
+            except (OSError, RuntimeError, AttributeError) as exc:
+                self.l2_error = f"{type(exc).__name__}: {exc}"
+        self.batches += 1
+        kept = self._graph_out if checking and self.graph is not None else self._kept
+        self._kept, self._keep_at = None, None
+        if checking and kept is not None:
+            self.timed_checks += 1
+            self.timed_mismatches += int(self.check(*kept))
+        return got
+
+    def _reset_l2(self) -> None:
+        """reset_persisting_l2 before a batch; a failure is recorded (the row then cannot pass), not raised."""
+        if self.l2_error:
+            return
+        try:
+            self.l2_reset_s += reset_persisting_l2(self.stream)
+        except (OSError, RuntimeError, AttributeError) as exc:
+            self.l2_error = f"{type(exc).__name__}: {exc}"
+
+    def integrity(self) -> dict:
+        """Row fields of the integrity checks (bench/integrity.py judges them)."""
+        drains = sorted(self.drains_s)
+        return {"timed_checks": self.timed_checks, "timed_mismatches": self.timed_mismatches,
+                "drain_us_median": round(drains[len(drains) // 2] * 1e6, 2) if drains else None,
+                "drain_us_max": round(drains[-1] * 1e6, 2) if drains else None,
+                "l2_violations": self.l2_violations, "l2_error": self.l2_error or None, "l2_reset_us_per_batch":
+                    round(self.l2_reset_s / max(1, self.batches) * 1e6, 2)}
 
     def sample(self, slice_s: float, cycles_per_s: float) -> None:
         """One batch of about slice_s of GPU time (at least one sample), appended to times_ms."""

@@ -14,17 +14,24 @@ Per shape:
     launched (profiler).
  5. Per mode: a harness.Timer for every implementation that passed its probe, sampled
     interleaved (harness.sample_interleaved) through the same harness and stream.
- 6. Re-check after timing: one more call of each of ours on set 0 against the reference;
-    a wrong result makes every row of that config `fail`.
-With a base (`--baseline REF`, ab_runner.BaseSide) REF's kernels are probed, timed right after
-their head twin in the same interleaved rounds and re-checked the same way, as rows of impl
-`base` that the stage keeps out of summary.json (bench/ab.json instead).
+ 6. Re-check after timing: set 0 is overwritten in place with new values (same pointers, a new
+    seed; a result remembered by pointer goes stale), then one more call of each of ours on it, into
+    a NaN-poisoned output, against the reference of the new values (bound from PyTorch's error on
+    them, written into the rows' err_bound); a wrong result makes every row of that config `fail`.
+ 7. Timed outputs (ours): in a few batches of every mode the output of one timed call is kept
+    and, after the batch, compared bit for bit with an untimed call on the same input set into a
+    NaN-poisoned output (harness.Timer.check); the counts, the device-drain times and the
+    persisting-L2 checks go into the row (bench/integrity.py judges them in derive).
+With a base (`--baseline REF`, ab_runner.BaseSide) REF's kernels are probed, timed in the same
+interleaved rounds as their head twins and re-checked the same way, as rows of impl `base` that the
+stage keeps out of summary.json (bench/ab.json instead).
 Per-measurement time caps shrink when the suite's budget_s runs short.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -46,6 +53,17 @@ AB_BUDGET_MAX = 1.6  # full suite: 400 s x 1.6 + ceilings and plots stay inside 
 
 def _why(exc: BaseException) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
+
+
+REFILL_SEED_XOR = 0x5EED5EED  # the in-place refill before the re-check draws from seed ^ this
+
+
+def refill_in_place(tensors, seed: int) -> None:
+    """Overwrite each tensor with new standard-normal values from `seed`, keeping its storage (same pointer)."""
+    gen = torch.Generator(device=tensors[0].device)
+    gen.manual_seed(seed)
+    for t in tensors:
+        t.copy_(torch.randn(t.shape, generator=gen, device=t.device, dtype=t.dtype))
 
 
 @dataclass
@@ -77,6 +95,7 @@ class ShapeRunner:
         self.remaining = suite.measurements * self.n_impls
         self.t_start = time.perf_counter() if t_start is None else t_start
         self._tags: tuple[str, ...] = ()
+        self.suite_causal = False  # causal flag of the shape being measured (checked calls)
 
     def cap(self) -> float:
         """Sampling time per implementation and mode, shrunk when the suite's budget runs short."""
@@ -98,6 +117,7 @@ class ShapeRunner:
     def run_shape(self, ss) -> None:
         shape = ss.shape
         self._tags = ss.tags
+        self.suite_causal = shape.causal
         n_sets = roofline.rotation_sets(3 * shape.numel * shape.elem_bytes, self.l2)
         torch.cuda.empty_cache()
         free, _ = torch.cuda.mem_get_info()
@@ -132,9 +152,27 @@ class ShapeRunner:
         impls = self._with_base(self._ours(ss, sets, common), ss, sets, common) + self._sdpa(ss, sets, ref, common)
         for mode in ss.modes:
             self._mode(ss, mode, impls, sets)
-        self._recheck(impls, sets, ref)
+        del ref
+        ref, torch_err = self._refill_for_recheck(sets, shape, seed)
+        self._recheck(impls, sets, ref, torch_err, shape.dtype)
         del sets, ref
         torch.cuda.empty_cache()
+
+    def _refill_for_recheck(self, sets, shape, seed: int):
+        """After all timing: set 0 overwritten in place (same pointers, a new seed), then its fp32 reference and
+        PyTorch's own error on it. A result remembered by pointer (a memo) is stale after this."""
+        torch.cuda.synchronize()
+        refill_in_place(sets[0], seed ^ REFILL_SEED_XOR)
+        torch.cuda.synchronize()
+        ref = baselines.reference(*sets[0], shape.causal)
+        torch_err = None
+        for b in ("default", "math"):
+            out, _ = baselines.probe(b, shape.causal, *sets[0])
+            if out is not None:
+                torch_err = baselines.max_abs_err(out, ref)
+                break
+        del out
+        return ref, torch_err
 
     def _ours(self, ss, sets, common) -> list[Impl]:
         shape, out = ss.shape, []
@@ -219,8 +257,11 @@ class ShapeRunner:
         timers: list[tuple[Impl, harness.Timer]] = []
         for im in impls:
             try:
-                timers.append((im, harness.Timer(im.fn, sets, mode, self.rule, stream=self.stream,
-                                                 context=im.context, name=f"{im.variant}/{im.config}")))
+                timer = harness.Timer(im.fn, sets, mode, self.rule, stream=self.stream, context=im.context,
+                                      name=f"{im.variant}/{im.config}")
+                if im.impl in (OURS, BASE):
+                    timer.check = self._timed_checker(im, sets)
+                timers.append((im, timer))
             except Exception as exc:  # noqa: BLE001
                 log.warning("%s %s/%s %s: %s", shape.key, im.variant, im.config, mode, _why(exc))
                 self.stream.synchronize()
@@ -239,25 +280,49 @@ class ShapeRunner:
                 m = t.measurement(wall)
                 row = new_row(im.impl, im.variant, im.config, shape, mode, must_run=im.must_run, stop=m.stop,
                               calls_per_sample=m.calls_per_sample, n_sets=m.n_sets, capture_ms=m.capture_ms,
-                              wall_s=m.wall_s, notes=m.notes, **im.extra)
+                              wall_s=m.wall_s, notes=m.notes, **im.extra, **t.integrity())
                 self.samples[row["key"]] = m.times_us
             im.rows += self._add([row])
         log.debug("%s %s: %d implementations interleaved in %.2f s", shape.key, mode, len(timers), wall)
 
-    def _recheck(self, impls: list[Impl], sets, ref) -> None:
-        """One more call of each of ours after all timing, compared with the fp32 reference."""
+    def _checked_call(self, im: Impl, q, k, v) -> torch.Tensor:
+        """One untimed call of ours (or of the A/B base: its own binary) on self.stream into a NaN-poisoned
+        output (what it leaves unwritten stays NaN)."""
+        from ..api import _extension
+        from .ab_runner import _EXT
+
+        ext = _EXT["base"] if im.impl == BASE else _extension(im.variant)
+        causal = bool(self.suite_causal)
+        with torch.cuda.stream(self.stream):
+            out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
+            ext.forward(q, k, v, out, causal, 1.0 / math.sqrt(q.shape[-1]), im.variant, im.config,
+                        self.stream.cuda_stream)
+        return out
+
+    def _timed_checker(self, im: Impl, sets):
+        """Timer.check for one of ours: mismatching elements between a kept timed output and an untimed call."""
+        def check(set_index: int, timed_out) -> int:
+            with torch.cuda.stream(self.stream):
+                again = self._checked_call(im, *sets[set_index])
+                bad = (timed_out.view(torch.int16) != again.view(torch.int16)).sum() + (~torch.isfinite(again)).sum()
+                return int(bad.item())
+        return check
+
+    def _recheck(self, impls: list[Impl], sets, ref, torch_err: float | None, dtype: str) -> None:
+        """One more call of each of ours after all timing, on set 0 refilled in place, into a NaN-poisoned output,
+        against the fp32 reference of the new values (bound from PyTorch's error on them, recorded in the rows)."""
+        bound = None if torch_err is None else baselines.error_bound(torch_err, dtype)
         for im in impls:
             if im.impl not in (OURS, BASE):
                 continue
             try:
                 with torch.cuda.stream(self.stream):
-                    err = baselines.max_abs_err(im.fn(*sets[0]), ref)
+                    err = baselines.max_abs_err(self._checked_call(im, *sets[0]), ref)
                 why = "" if err is not None else "non-finite output after timing"
             except Exception as exc:  # noqa: BLE001
                 err, why = None, f"re-check raised {_why(exc)}"
-            bound = im.extra["err_bound"]
             bad = err is None or bound is None or err > bound
             for r in im.rows:
-                r["max_abs_err"] = err
+                r.update(max_abs_err=err, err_bound=bound, recheck_torch_err=torch_err, recheck="set 0 refilled in place")
                 if r["status"] == "ok" and bad:
                     r.update(status="fail", reason=why or f"max |err| {err:.3g} > bound {bound}")

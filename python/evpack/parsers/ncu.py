@@ -24,6 +24,9 @@ HFMA2_INST = "sm__inst_executed_pipe_tensor_op_hmma_type_hfma2.sum"
 GMMA_INST = "sm__inst_executed_pipe_tensor_op_gmma.sum"
 METRICS = TENSOR_OPS_METRICS + (HMMA_INST, HFMA2_INST, GMMA_INST)
 COVERAGE_MIN = 0.95
+# The kernel torch.cuda._sleep launches (ATen's at::cuda::spin_kernel): tensor_target's marker
+# before each call in the profiled range.
+MARKER_KERNEL = "spin_kernel"
 
 
 @dataclass(frozen=True)
@@ -86,3 +89,18 @@ def tile_padded_flops(b: int, h: int, s: int, d: int, causal: bool, block_m: int
         n_keys = min((m + 1) * block_m, s) if causal else s
         total_pairs += block_m * math.ceil(n_keys / block_n) * block_n
     return 4 * b * h * total_pairs * d
+
+
+def split_at_markers(kernels: list[KernelMetrics], marker: str = MARKER_KERNEL) -> list[list[KernelMetrics]]:
+    """The launches after each marker kernel, up to the next one (one group per call).
+
+    Raises ValueError when something ran before the first marker (the range holds only calls)."""
+    groups: list[list[KernelMetrics]] = []
+    for km in kernels:
+        if marker in km.kernel:
+            groups.append([])
+        elif not groups:
+            raise ValueError(f"launch {km.launch_id} ({km.kernel[:80]}) comes before the first marker")
+        else:
+            groups[-1].append(km)
+    return groups

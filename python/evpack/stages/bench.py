@@ -12,7 +12,11 @@ run() writes into the stage folder:
                          only with --baseline REF: REF's build, its samples and the A/B verdicts
                          (evpack.bench.ab_stage; REF's rows are timed in the same rounds as ours)
   bench.log, *.png       progress log and plots
-derive() recomputes the summary from samples.csv.gz + ceilings.json and requires it to match.
+  integrity.json         what the timing-integrity checks cost (harness: persisting-L2 reset, drain)
+  canary_bench.json      the impossible-speed canary timed through the same harness
+derive() recomputes the summary from samples.csv.gz + ceilings.json and requires it to match,
+then applies bench/integrity.py (speed of light, device drain, persisting L2, timed outputs) to
+the rows, and requires the canary to be caught by those rules.
 """
 from __future__ import annotations
 
@@ -35,6 +39,9 @@ TIMEOUT_S = 900  # full suite budget 8 min + ceilings, build load and plots
 REQUIRED_FILES = ("bench.log", "run.json", "samples.csv.gz", "summary.json", "ceilings.json", "clocks.json")  # raw files a stage that decided pass/fail keeps (verify requires them)
 REQUIRED = ("summary.json", sm.SAMPLES_FILE, "ceilings.json", "run.json", "clocks.json", "binary.json")
 META_KEYS = ("suite", "canonical", "primary_mode")
+CANARY = "canary_side_stream"
+CANARY_FILE = "canary_bench.json"
+INTEGRITY_FILE = "integrity.json"
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +120,8 @@ def _run(ctx: StageContext, t_start: float) -> None:
             runner.run_shape(ss)
             log.info("[%d/%d] %s done at %.1f s", i + 1, len(suite.shapes), ss.shape.key,
                      time.perf_counter() - t_start)
+        _write_integrity(ctx.dir, runner.records)
+        _run_canary(ctx.dir, stream)
         ceilings.busy()
         after = clocks.read(dev, uuid)
         stream.synchronize()
@@ -179,6 +188,115 @@ def _with_ab(stage_dir: Path, data: dict, reason: str, rows: list[dict], samples
     return reason + "; " + ab.summary_line(ab_data), None
 
 
+def _write_integrity(stage_dir: Path, records: list[dict]) -> None:
+    """What the integrity checks cost in this run (per batch, from the harness's own counters)."""
+    from ..bench import integrity
+
+    ours = [r for r in records if r.get("timed_checks") is not None]
+    resets = [r["l2_reset_us_per_batch"] for r in ours if r.get("l2_reset_us_per_batch") is not None]
+    drains = sorted(r["drain_us_median"] for r in records if r.get("drain_us_median") is not None)
+    write_json(stage_dir / INTEGRITY_FILE, {
+        "drain_limit_us": integrity.DRAIN_LIMIT_US, "rows_with_checks": len(ours),
+        "timed_checks": sum(r["timed_checks"] for r in ours),
+        "l2_reset_us_per_batch_median": sorted(resets)[len(resets) // 2] if resets else None,
+        "drain_us_median_of_rows": drains[len(drains) // 2] if drains else None,
+        "drain_us_max_of_rows": drains[-1] if drains else None})
+
+
+def _run_canary(stage_dir: Path, stream) -> None:
+    """Time the impossible-speed canary at the canonical shape through the same harness (warm mode, a short
+    rule), re-check its output, and record everything derive needs to judge it."""
+    import torch
+
+    from ..api import _extension, run_kernel
+    from ..bench import baselines, harness
+    from ..bench.stats import StopRule
+    from ..bench.suites import Shape
+
+    shape = Shape(B=16, H=16, S=512, D=64, dtype="fp16", causal=False)
+    rec = {"canary": CANARY, "shape": shape.key, "mode": "warm", "times_us": [], "error": None}
+    try:
+        gen = torch.Generator(device="cuda").manual_seed(1234)
+        q, k, v = (torch.randn((shape.B, shape.H, shape.S, shape.D), generator=gen, device="cuda",
+                               dtype=torch.float16) for _ in range(3))
+        scale = 1.0 / shape.D ** 0.5
+
+        def fn(q, k, v):
+            return run_kernel(q, k, v, causal=False, variant=CANARY)
+
+        def checked(q, k, v):
+            out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
+            _extension(CANARY).forward(q, k, v, out, False, scale, CANARY, registry_config(CANARY), stream.cuda_stream)
+            return out
+
+        rule = StopRule(warmup=2, min_samples=20, floor_samples=10, max_samples=40, time_cap_s=0.3, graph_calls=4,
+                        max_batch=8)
+        with torch.cuda.stream(stream):
+            timer = harness.Timer(fn, [(q, k, v)], "warm", rule, stream=stream, name=CANARY)
+
+            def check(i, out):
+                again = checked(q, k, v)
+                return int(((out.view(torch.int16) != again.view(torch.int16)).sum()
+                            + (~torch.isfinite(again)).sum()).item())
+
+            timer.check = check
+            try:
+                harness.sample_interleaved([timer], rule, rule.time_cap_s)
+            finally:
+                timer.close()
+            rec.update(times_us=[round(t * 1e3, 4) for t in timer.times_ms], stop=timer.stop,
+                       error=timer.error or None, **timer.integrity())
+            ref = baselines.reference(q, k, v, False)
+            out, _ = baselines.probe("default", False, q, k, v)
+            bound = baselines.error_bound(baselines.max_abs_err(out, ref), "fp16")
+            err = baselines.max_abs_err(checked(q, k, v), ref)  # the caller's stream only, as a caller would
+            rec.update(recheck_err=err, err_bound=bound)
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - recorded: an uncaught canary is `error` in derive
+        rec["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
+        torch.cuda.synchronize()
+    write_json(stage_dir / CANARY_FILE, rec)
+
+
+def registry_config(name: str) -> str:
+    from .. import registry
+
+    return registry.get(name, include_canaries=True).configs[0].name
+
+
+def canary_outcome(stage_dir: Path, rates: dict[str, float]) -> dict:
+    """The canary matrix entry of the impossible-speed canary, judged by bench/integrity.py's rules."""
+    from ..bench import integrity
+
+    entry = {"name": CANARY, "expected": f"error ({integrity.IMPOSSIBLE}) or fail", "caught": False}
+    try:
+        rec = read_json(stage_dir / CANARY_FILE)
+    except (FileNotFoundError, ValueError) as exc:
+        return dict(entry, observed=f"no readable {CANARY_FILE} ({exc})", reason="not run")
+    if rec.get("error") or not rec.get("times_us"):
+        return dict(entry, observed=f"did not run: {rec.get('error') or 'no samples'}", reason="not run")
+    times = sorted(rec["times_us"])
+    row = {"impl": "evpack", "shape": rec["shape"], "mode": rec["mode"], "median_us": times[len(times) // 2],
+           **{k: rec.get(k) for k in ("drain_us_median", "l2_violations", "timed_mismatches", "timed_checks")}}
+    fired = [p for _, p in integrity.row_problems(row, rates)]
+    err, bound = rec.get("recheck_err"), rec.get("err_bound")
+    if err is None or bound is None or not err <= bound:
+        fired.append(f"re-check after timing: max err {err} > bound {bound}")
+    return dict(entry, caught=bool(fired), observed="; ".join(fired) or f"median {row['median_us']:.3g} us, nothing fired",
+                reason="; ".join(fired) or "no rule fired")
+
+
+def _integrity_decision(rows: list[dict], rates: dict[str, float]) -> tuple[list[dict], str, str, dict]:
+    """Rows judged by bench/integrity.py, and the status/reason that adds (PASS, '' when nothing broke)."""
+    from ..bench import integrity
+
+    judged, summary = integrity.judge(rows, rates)
+    if not summary["broken_rows"]:
+        return judged, PASS, "", summary
+    status = ERROR if any(r["status"] == "error" and r is not o for r, o in zip(judged, rows, strict=True)) else FAIL
+    return judged, status, f"{summary['broken_rows']} rows break timing integrity (first {summary['first']})", summary
+
+
 def _decide(rows: list[dict], throttled: bool) -> tuple[str, str]:
     if not rows:
         return ERROR, "summary has no rows"
@@ -233,6 +351,13 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
                                    f"places (first: {diffs[0]})")
     rows = recomputed["rows"]
     status, reason = _decide(rows, bool(clk.get("throttled")))
+    new_format = (stage_dir / INTEGRITY_FILE).is_file()  # packs before the integrity checks have no such file
+    if new_format:
+        ceil_rates = rates(ceil)
+        _, i_status, i_reason, i_summary = _integrity_decision(rows, ceil_rates)
+        if i_status != PASS:
+            reason = i_reason if status == PASS else f"{i_reason}; {reason}"
+            status = ERROR if ERROR in (status, i_status) else FAIL
     counts = {s: sum(1 for r in rows if r["status"] == s) for s in sm.ROW_STATUSES}
     data = {"suite": meta["suite"], "rows": len(rows), **{f"rows_{s}": n for s, n in counts.items()},
             "canonical_shape": meta["canonical"], "primary_mode": meta["primary_mode"],
@@ -241,6 +366,9 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
             "gpu_seconds": run_info.get("gpu_seconds"), "cost_usd": run_info.get("cost_usd"),
             "so_sha256": read_json(stage_dir / "binary.json").get("sha256"),
             "regressions": None, "compare_counts": None}
+    if new_format:
+        data["integrity"] = i_summary
+        data["canaries"] = [canary_outcome(stage_dir, ceil_rates)]
     prev_path = stage_dir / "previous_summary.json"
     if prev_path.is_file():
         try:

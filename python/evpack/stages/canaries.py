@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import registry
-from ..model import REQUIRED_CATCHERS, SCHEMA_VERSION
+from ..model import REQUIRED_CANARIES, SCHEMA_VERSION
 from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
 
 NAME = "canaries"
@@ -15,7 +15,7 @@ REQUIRED_FILES = ("expected.json",)  # raw files a stage that decided pass/fail 
 DERIVE_READS_STAGES = True  # derive() reads the outcomes of the stages that ran the canaries
 SOURCE_STAGE = {"memcheck": "sanitize", "racecheck": "sanitize", "initcheck": "sanitize",
                 "synccheck": "sanitize", "correctness": "correctness", "stability": "stability",
-                "tensor_proof": "tensor_proof"}
+                "tensor_proof": "tensor_proof", "bench": "bench"}
 
 
 def run(ctx: StageContext) -> None:
@@ -28,16 +28,18 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     from ..derivation import final_outcome
 
     # What was planted is read from the pack (written by run()); what must have been planted comes from
-    # the code that derives (model.REQUIRED_CATCHERS for the pack's schema), so dropping a canary from
+    # the code that derives (model.REQUIRED_CANARIES for the pack's schema), so dropping a canary from
     # expected.json leaves its gate unproven instead of passing.
     expected = read_json(stage_dir / "expected.json")
     if not expected:
         return StageOutcome(ERROR, "no canaries were planted: every gate is unproven", {"matrix": []})
-    missing = [c for c in required_catchers(pack_dir) if c not in {e.get("caught_by") for e in expected}]
+    missing = [c for c in required_canaries(pack_dir) if c not in {e.get("canary") for e in expected}]
     if missing:
-        return StageOutcome(ERROR, f"gate not live: no canary planted for {', '.join(missing)}",
-                            {"matrix": [], "missing_catchers": missing})
-    outcomes = {s: final_outcome(s, pack_dir) for s in set(SOURCE_STAGE.values())}
+        return StageOutcome(ERROR, f"gates not proven live: required canaries not planted: {', '.join(missing)}",
+                            {"matrix": [], "missing_canaries": missing})
+    # A stage this pack never ran (e.g. bench in an `oracles` pack) leaves its canaries not run, not failed.
+    outcomes = {s: final_outcome(s, pack_dir) if (pack_dir / s).is_dir()
+                else StageOutcome(SKIPPED, f"{s} is not in this pack") for s in set(SOURCE_STAGE.values())}
     matrix, statuses, problems = [], [], []
     for c in expected:
         name, gate = c["canary"], c["caught_by"]
@@ -66,13 +68,13 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     return StageOutcome(PASS, f"all {len(matrix)} planted faults caught by their gates", {"matrix": matrix})
 
 
-def required_catchers(pack_dir: Path) -> tuple[str, ...]:
-    """The catchers every pack of this pack's schema must show live (the running pack: the current one)."""
+def required_canaries(pack_dir: Path) -> tuple[str, ...]:
+    """The canaries every pack of this pack's schema must have planted (a running pack: the current schema)."""
     schema = SCHEMA_VERSION
     if (pack_dir / "pack.json").is_file():
         recorded = read_json(pack_dir / "pack.json").get("schema_version")
-        schema = recorded if recorded in REQUIRED_CATCHERS else schema
-    return REQUIRED_CATCHERS[schema]
+        schema = recorded if recorded in REQUIRED_CANARIES else schema
+    return REQUIRED_CANARIES[schema]
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:

@@ -1,10 +1,19 @@
-"""Stage `correctness`: the correctness oracle per variant (own process each), plus its canary."""
+"""Stage `correctness`: the correctness oracle per variant (own process each), plus its canaries.
+
+Besides the fixed grid, every pack checks a seeded random set of shortcut-defeating inputs
+(shortcut_cases: S not a multiple of any tile, S = 1, a large S, a softmax sharpened x4 to x12,
+heavy-tailed inputs). The seed is written to shortcut_inputs.json, so derive() re-creates the set
+with the standard library and requires that every case was checked, and that the reference of
+every case stands at least REF_RATIO_MIN x above the bound (else a zero output could pass).
+"""
 from __future__ import annotations
 
+import random
+import secrets
 from pathlib import Path
 
 from .. import registry
-from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst
+from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants
 
 NAME = "correctness"
@@ -12,15 +21,54 @@ NEEDS_GPU = True
 TIMEOUT_S = 1500
 REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
 CANARY = "canary_wrong_result"
+CANARIES = (CANARY, "canary_partial_write", "canary_input_mutation")
+SHORTCUT_FILE = "shortcut_inputs.json"
+SHORTCUT_GENERATOR = 1  # bump when shortcut_cases changes what a seed gives
+REF_RATIO_MIN = 10.0  # max |ref| / bound: a zero output must miss the bound by this much
+
+
+def shortcut_cases(seed: int) -> list[dict]:
+    """The shortcut-defeating cases of one seed: pure Python (random.Random), so `verify` re-derives them.
+
+    Per (dtype, head dim): two S drawn in [2, 1024) and one in [4097, 8192), none a multiple of 16 (every
+    tile is a multiple of 16), S = 1, a softmax sharpened by a factor drawn in [4, 12], and Student-t
+    (3 degrees of freedom) inputs; batch, heads, causal flag and input seed drawn too.
+    """
+    rng = random.Random(seed)
+
+    def odd_seqlen(lo: int, hi: int) -> int:
+        while True:
+            s = rng.randrange(lo, hi)
+            if s % 16:
+                return s
+
+    cases = []
+    for dtype in registry.DTYPES:
+        for d in registry.HEAD_DIMS:
+            plan = [("odd", odd_seqlen(2, 1024), "normal", 1.0), ("odd", odd_seqlen(2, 1024), "normal", 1.0),
+                    ("s1", 1, "normal", 1.0), ("large", odd_seqlen(4097, 8192), "normal", 1.0),
+                    ("sharp", odd_seqlen(65, 1024), "normal", round(rng.uniform(4.0, 12.0), 3)),
+                    ("heavy_tail", odd_seqlen(65, 1024), "student_t3", 1.0)]
+            for kind, s, dist, mult in plan:
+                b, h = (1, 1) if kind == "large" else (rng.randint(1, 3), rng.randint(1, 4))
+                cases.append(dict(case=f"{kind}-{dtype}-d{d}-{len(cases)}", B=b, H=h, S=s, D=d, dtype=dtype,
+                                  causal=rng.random() < 0.5, seed=rng.randrange(2**31), layout="bhsd", dist=dist,
+                                  scale_mult=mult))
+    return cases
 
 
 def run(ctx: StageContext) -> None:
-    jobs = [Job(v.name, oracle_cmd(ctx.repo, "correctness.py", "--variant", v.name, "--out",
-                                   str(ctx.dir / f"{v.name}.json")), 900) for v in selected_variants(ctx.options)]
-    jobs.append(Job(CANARY, oracle_cmd(ctx.repo, "correctness.py", "--variant", CANARY, "--quick", "--out",
-                                       str(ctx.dir / f"{CANARY}.json")), 300))
+    seed = secrets.randbits(32)
+    write_json(ctx.dir / SHORTCUT_FILE, {"generator": SHORTCUT_GENERATOR, "seed": seed,
+                                         "cases": shortcut_cases(seed)})
+    jobs = [Job(v.name, oracle_cmd(ctx.repo, "correctness.py", "--variant", v.name, "--shortcut-seed", str(seed),
+                                   "--out", str(ctx.dir / f"{v.name}.json")), 900)
+            for v in selected_variants(ctx.options)]
+    for c in CANARIES:
+        jobs.append(Job(c, oracle_cmd(ctx.repo, "correctness.py", "--variant", c, "--quick", "--out",
+                                      str(ctx.dir / f"{c}.json")), 300))
     run_jobs(jobs, ctx.dir, ctx.repo)
-    record_binary(ctx.dir, [ctx.dir / f"{j.name}.json" for j in jobs if j.name != CANARY])
+    record_binary(ctx.dir, [ctx.dir / f"{j.name}.json" for j in jobs if j.name not in CANARIES])
 
 
 def _variant_status(stage_dir: Path, name: str) -> tuple[str, str, list[dict]]:
@@ -35,30 +83,99 @@ def _variant_status(stage_dir: Path, name: str) -> tuple[str, str, list[dict]]:
         return ERROR, f"{name}: the oracle checked no case", []
     bad = [r for r in rows if not r["passed"]]
     if bad:
-        w = min(bad, key=lambda r: r["margin"] if r["margin"] == r["margin"] else float("-inf"))
-        return FAIL, (f"{name}: {len(bad)}/{len(rows)} cases out of bound, worst {w['config']} "
-                      f"{w['dtype']} D={w['D']} S={w['S']} causal={w['causal']}: err {w['max_err']:.3g} "
-                      f"> bound {w['bound']:.3g}"), rows
+        out = [r for r in bad if not r["max_err"] <= r["bound"]]
+        if not out:  # every failed case was within the bound: the input comparison failed them
+            return FAIL, f"{name}: {len(bad)}/{len(rows)} cases failed" + _cheat_notes(bad), rows
+        w = min(out, key=lambda r: r["margin"] if r["margin"] == r["margin"] else float("-inf"))
+        head = f"{len(bad)}/{len(rows)} cases out of bound" if len(out) == len(bad) else \
+            f"{len(bad)}/{len(rows)} cases failed, {len(out)} out of bound"
+        reason = (f"{name}: {head}, worst {w['config']} "
+                  f"{w['dtype']} D={w['D']} S={w['S']} causal={w['causal']}: err {w['max_err']:.3g} "
+                  f"> bound {w['bound']:.3g}")
+        return FAIL, reason + _cheat_notes(bad), rows
     return PASS, f"{name}: {len(rows)} cases within bound", rows
+
+
+def _cheat_notes(bad: list[dict]) -> str:
+    """What the poison and the input comparison saw (rows of packs that record them)."""
+    notes = []
+    unwritten = [r for r in bad if r.get("nonfinite")]
+    mutated = [r for r in bad if r.get("inputs_changed")]
+    if unwritten and "ref_max" in bad[0]:
+        notes.append(f"{len(unwritten)} cases left NaN-poisoned output elements unwritten "
+                     f"(up to {max(r['nonfinite'] for r in unwritten)})")
+    if mutated:
+        notes.append(f"{len(mutated)} cases changed q/k/v (up to {max(r['inputs_changed'] for r in mutated)} elements)")
+    return "".join(f"; {n}" for n in notes)
+
+
+def shortcut_problems(stage_dir: Path, rows_by_variant: dict[str, list[dict]]) -> list[str]:
+    """Why the seeded shortcut set is not fully proven (empty when it is): re-derived from the seed."""
+    try:
+        rec = read_json(stage_dir / SHORTCUT_FILE)
+        seed, written = rec["seed"], rec["cases"]
+    except (FileNotFoundError, KeyError, ValueError, TypeError) as exc:
+        return [f"{SHORTCUT_FILE} unreadable ({exc})"]
+    if rec.get("generator") != SHORTCUT_GENERATOR:
+        return [f"{SHORTCUT_FILE}: generator {rec.get('generator')!r} is not {SHORTCUT_GENERATOR}"]
+    cases = shortcut_cases(seed)
+    if written != cases:
+        return [f"{SHORTCUT_FILE}: its cases are not what seed {seed} gives"]
+    problems = []
+    for name, rows in rows_by_variant.items():
+        try:
+            var = registry.get(name)
+        except ValueError:
+            problems.append(f"{name}: not a registered variant")
+            continue
+        checked = {(r.get("case"), r["config"]) for r in rows if r.get("set") == "shortcut"}
+        want = [(c["case"], cfg.name) for c in cases if c["dtype"] in var.dtypes and c["D"] in var.head_dims
+                for cfg in var.configs]
+        missing = [w for w in want if w not in checked]
+        if missing:
+            problems.append(f"{name}: {len(missing)}/{len(want)} shortcut cases not checked (first {missing[0]})")
+        weak = [r for r in rows if r.get("ref_max") is not None and not r["ref_max"] >= REF_RATIO_MIN * r["bound"]]
+        if weak:
+            w = weak[0]
+            problems.append(f"{name}: {len(weak)} cases where max|ref| < {REF_RATIO_MIN:g} x bound (first "
+                            f"{w['dtype']} D={w['D']} S={w['S']}: {w['ref_max']:.3g} vs {w['bound']:.3g}): "
+                            f"a zero output would pass")
+    return problems
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     procs = read_json(stage_dir / "procs.json")
-    names = [n for n in procs if n != CANARY]
-    results, per_variant = {}, {}
+    names = [n for n in procs if n not in CANARIES]
+    results, per_variant, all_rows = {}, {}, {}
     for n in names:
         status, reason, rows = _variant_status(stage_dir, n)
         results[n] = (status, reason)
+        all_rows[n] = rows
         per_variant[n] = {"status": status, "reason": reason, "cases": len(rows),
                           "min_margin": min((r["margin"] for r in rows), default=None),
                           "max_err": max((r["max_err"] for r in rows), default=None)}
-    c_status, c_reason, c_rows = _variant_status(stage_dir, CANARY)
-    canary = {"name": CANARY, "expected": "fail", "observed": c_status,
-              "caught": c_status == FAIL, "reason": c_reason}
+    canaries = []
+    for c in (c for c in CANARIES if c in procs):
+        c_status, c_reason, _ = _variant_status(stage_dir, c)
+        canaries.append({"name": c, "expected": "fail", "observed": c_status, "caught": c_status == FAIL,
+                         "reason": c_reason})
     status = worst(s for s, _ in results.values())
     reason = "; ".join(r for s, r in results.values() if s != PASS) or \
         f"{sum(v['cases'] for v in per_variant.values())} cases within the bound for {', '.join(names)}"
-    return StageOutcome(status, reason, {"variants": per_variant, "canaries": [canary]})
+    data = {"variants": per_variant, "canaries": canaries}
+    if (stage_dir / SHORTCUT_FILE).exists():  # packs before the shortcut set have no such file
+        problems = shortcut_problems(stage_dir, {n: rows for n, rows in all_rows.items() if rows})
+        shortcut_rows = [r for rows in all_rows.values() for r in rows if r.get("set") == "shortcut"]
+        data["shortcut"] = {"seed": read_json(stage_dir / SHORTCUT_FILE).get("seed"), "rows": len(shortcut_rows),
+                            "problems": problems,
+                            "min_ref_ratio": min((r["ref_max"] / r["bound"] for rows in all_rows.values()
+                                                  for r in rows if r.get("bound")), default=None)}
+        if problems:
+            status = ERROR
+            reason = "; ".join(problems + [r for s, r in results.values() if s != PASS])
+        elif status == PASS:
+            reason += f" (incl. {len(shortcut_rows)} seeded shortcut cases, seed {data['shortcut']['seed']})"
+    return StageOutcome(status, reason, data)
 
 
 def _fmt(x) -> str:

@@ -1,12 +1,19 @@
 """Stage `tensor_proof`: executed tensor-core work, counted by Nsight Compute on one canonical call
 per kernel. Tensor kernels must cover >= 95% of the matrix FLOPs the call must do; scalar kernels
-must execute no tensor math; the decoy canary (HMMA in SASS, math on CUDA cores) must fail."""
+must execute no tensor math; the decoy canary (HMMA in SASS, math on CUDA cores) must fail.
+
+Since the foreign-work check, ncu profiles every kernel in the target's profiled range (no name
+filter; a marker kernel before each call, ncu.split_at_markers): a kernel during our op that is not
+this call's own `evpack::<variant>::fwd_kernel<cfg_<config>, T, D>` (a library or torch kernel)
+fails the call, and only our kernels' tensor FLOPs count. The foreign-work canary (cuBLAS does the
+matrix products) must fail that way."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from .. import registry
-from ..parsers.ncu import COVERAGE_MIN, METRICS, parse_ncu_csv
+from ..parsers.ncu import COVERAGE_MIN, METRICS, parse_ncu_csv, split_at_markers
+from ..parsers.symbols import parse_symbol
 from ..tools import find_tool
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants
@@ -16,6 +23,8 @@ NEEDS_GPU = True
 TIMEOUT_S = 900
 REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
 CANARY = "canary_decoy_hmma"
+FOREIGN_CANARY = "canary_foreign_work"
+CANARIES = (CANARY, FOREIGN_CANARY)
 
 
 def run(ctx: StageContext) -> None:
@@ -24,14 +33,15 @@ def run(ctx: StageContext) -> None:
         write_json(ctx.dir / "missing_tool.json", {"tool": "ncu", "found": False})
         return
     jobs = []
-    for name in [v.name for v in selected_variants(ctx.options)] + [CANARY]:
-        cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(METRICS), "--csv",
-               "--print-kernel-base", "mangled", "--kernel-name", "regex:fwd_kernel",
+    for name in [v.name for v in selected_variants(ctx.options)] + list(CANARIES):
+        # no kernel-name filter: every kernel launched during the calls is profiled
+        cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(METRICS),
+               "--csv", "--print-kernel-base", "mangled",
                *oracle_cmd(ctx.repo, "tensor_target.py", "--variant", name, "--manifest",
                            str(ctx.dir / f"{name}.manifest.json"))]
         jobs.append(Job(name, cmd, 420))
     run_jobs(jobs, ctx.dir, ctx.repo)
-    record_binary(ctx.dir, [ctx.dir / f"{j.name}.manifest.json" for j in jobs if j.name != CANARY])
+    record_binary(ctx.dir, [ctx.dir / f"{j.name}.manifest.json" for j in jobs if j.name not in CANARIES])
 
 
 def _rows(stage_dir: Path, name: str) -> tuple[str | None, list[dict]]:
@@ -39,8 +49,11 @@ def _rows(stage_dir: Path, name: str) -> tuple[str | None, list[dict]]:
     if problem:
         return problem, []
     try:
-        calls = read_json(stage_dir / f"{name}.manifest.json")["calls"]
+        manifest = read_json(stage_dir / f"{name}.manifest.json")
+        calls = manifest["calls"]
         kernels = parse_ncu_csv((stage_dir / f"{name}.log").read_text(encoding="utf-8", errors="replace"))
+        if manifest.get("marker"):
+            return _rows_by_marker(name, calls, split_at_markers(kernels, manifest["marker"]))
     except (FileNotFoundError, ValueError, KeyError) as exc:
         return f"{name}: unreadable ncu output or manifest ({exc})", []
     if len(kernels) != len(calls):
@@ -49,16 +62,43 @@ def _rows(stage_dir: Path, name: str) -> tuple[str | None, list[dict]]:
     for call, km in zip(calls, kernels, strict=True):
         if f"cfg_{call['config']}" not in km.kernel or call["variant"] not in km.kernel:
             return f"{name}: launch {km.launch_id} is {km.kernel[:80]}, expected {call['variant']}/{call['config']}", []
-        flops = km.tensor_flops
-        row = {**call, "kernel": km.kernel, "executed_tensor_flops": flops,
-               "coverage": flops / call["required_flops"],
-               "padding_overhead": call["tile_padded_flops"] / call["required_flops"] - 1.0,
-               "tensor_math_inst": km.tensor_math_inst, "metrics": km.values}
-        if call["kind"] == "tensor":
-            row["passed"] = row["coverage"] >= COVERAGE_MIN
-        else:
-            row["passed"] = flops == 0 and km.tensor_math_inst == 0
-        rows.append(row)
+        rows.append(_row(call, [km], []))
+    return None, rows
+
+
+def _row(call: dict, ours: list, foreign: list) -> dict:
+    """One call's row from its own kernels (and the foreign ones, which fail it and count for nothing)."""
+    flops = sum(km.tensor_flops for km in ours)
+    math_inst = sum(km.tensor_math_inst for km in ours)
+    row = {**call, "kernel": ours[0].kernel if ours else None, "executed_tensor_flops": flops,
+           "coverage": flops / call["required_flops"],
+           "padding_overhead": call["tile_padded_flops"] / call["required_flops"] - 1.0,
+           "tensor_math_inst": math_inst, "metrics": ours[0].values if len(ours) == 1 else [k.values for k in ours]}
+    if foreign:
+        row["foreign_kernels"] = [km.kernel[:160] for km in foreign]
+        row["foreign_tensor_flops"] = sum(km.tensor_flops for km in foreign)
+    if call["kind"] == "tensor":
+        row["passed"] = row["coverage"] >= COVERAGE_MIN
+    else:
+        row["passed"] = flops == 0 and math_inst == 0
+    row["passed"] = row["passed"] and bool(ours) and not foreign
+    return row
+
+
+def _is_own(kernel: str, call: dict) -> bool:
+    """Whether a profiled kernel is this call's own kernel (registry symbol scheme, exact config/dtype/D)."""
+    p = parse_symbol(kernel)
+    return p is not None and (p.variant, p.config, p.dtype, p.head_dim) == (
+        call["variant"], call["config"], call["dtype"], call["D"])
+
+
+def _rows_by_marker(name: str, calls: list[dict], groups: list[list]) -> tuple[str | None, list[dict]]:
+    if len(groups) != len(calls):
+        return f"{name}: the profiled range holds {len(groups)} markers but the target made {len(calls)} calls", []
+    rows = []
+    for call, group in zip(calls, groups, strict=True):
+        ours = [km for km in group if _is_own(km.kernel, call)]
+        rows.append(_row(call, ours, [km for km in group if not _is_own(km.kernel, call)]))
     return None, rows
 
 
@@ -68,7 +108,7 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     procs = read_json(stage_dir / "procs.json")
     statuses, reasons, table = [], [], []
     for name in procs:
-        if name == CANARY:
+        if name in CANARIES:
             continue
         problem, rows = _rows(stage_dir, name)
         if problem:
@@ -80,7 +120,7 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         if bad:
             r = bad[0]
             reasons.append(f"{name}/{r['config']} {r['dtype']} D={r['D']} causal={r['causal']}: tensor FLOPs cover "
-                           f"{r['coverage']:.1%} of {r['required_flops']:.3g}")
+                           f"{r['coverage']:.1%} of {r['required_flops']:.3g}" + _foreign_note(r))
         table += [{k: r[k] for k in ("variant", "kind", "config", "dtype", "D", "causal", "required_flops",
                                      "executed_tensor_flops", "coverage", "padding_overhead",
                                      "tensor_math_inst", "passed")} for r in rows]
@@ -90,6 +130,9 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
               "observed": problem or f"max coverage {worst_cov:.2%}",
               "caught": problem is None and bool(crows) and all(r["coverage"] < COVERAGE_MIN for r in crows),
               "reason": problem or "decoy HMMA executed but did not do the work"}
+    canaries = [canary]
+    if FOREIGN_CANARY in procs:
+        canaries.append(_foreign_canary(stage_dir))
     status = worst(statuses)
     tensor = [r for r in table if r["kind"] == "tensor"]
     reason = "; ".join(reasons) or (
@@ -97,7 +140,25 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         f"{len(table) - len(tensor)} scalar calls execute 0 tensor FLOPs" if tensor else "no tensor kernel profiled")
     if not tensor and status == PASS:
         status = ERROR
-    return StageOutcome(status, reason, {"calls": table, "canaries": [canary]})
+    return StageOutcome(status, reason, {"calls": table, "canaries": canaries})
+
+
+def _foreign_note(row: dict) -> str:
+    if not row.get("foreign_kernels"):
+        return ""
+    return (f"; {len(row['foreign_kernels'])} kernels not from the extension ran during the call "
+            f"(first {row['foreign_kernels'][0][:80]})")
+
+
+def _foreign_canary(stage_dir: Path) -> dict:
+    problem, rows = _rows(stage_dir, FOREIGN_CANARY)
+    caught = problem is None and bool(rows) and all(r.get("foreign_kernels") and not r["passed"] for r in rows)
+    n = sum(len(r.get("foreign_kernels", [])) for r in rows)
+    cov = sum(r.get("foreign_tensor_flops", 0.0) for r in rows) / max(1.0, sum(r["required_flops"] for r in rows))
+    observed = problem or (f"{n} foreign kernels in {len(rows)} calls (their tensor FLOPs {cov:.0%} of the "
+                           f"required, not counted)")
+    return {"name": FOREIGN_CANARY, "expected": "kernels outside the extension fail the call", "observed": observed,
+            "caught": caught, "reason": problem or "work done by kernels the build did not ship"}
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:

@@ -1,0 +1,271 @@
+"""The cheat checks and their canaries, on files of a real H200 evidence run (tests/fixtures/cheats,
+see tests/fixtures/README.md) and on small rows built here to hit each rule's edge."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evpack import registry
+from evpack.bench import integrity
+from evpack.parsers.ncu import MARKER_KERNEL, parse_ncu_csv, split_at_markers
+from evpack.stages import bench as bench_stage
+from evpack.stages import canaries as canaries_stage
+from evpack.stages import correctness, stability, tensor_proof
+from evpack.stages.base import ERROR, FAIL, PASS, SKIPPED, read_json, write_json
+
+FIX = Path(__file__).parent / "fixtures" / "cheats"
+REPO = Path(__file__).resolve().parents[1]
+RATES = {"bandwidth": 4.0e12, "matmul_fp16": 7.5e14, "matmul_bf16": 7.5e14}
+
+
+def _stage_copy(tmp_path: Path, stage: str, keep: tuple[str, ...]) -> Path:
+    """The fixture stage folder with procs.json narrowed to the cells `keep` (the rest were not captured)."""
+    d = tmp_path / stage
+    shutil.copytree(FIX / stage, d)
+    procs = read_json(d / "procs.json")
+    write_json(d / "procs.json", {k: v for k, v in procs.items() if k in keep})
+    return d
+
+
+# -- the canary matrix ----------------------------------------------------------------------------------
+
+def test_every_cheat_class_has_a_canary_and_its_gate_has_a_source_stage():
+    by_gate: dict[str, list[str]] = {}
+    for c in registry.CANARIES:
+        by_gate.setdefault(c.expect_caught_by, []).append(c.name)
+        assert c.expect_caught_by in canaries_stage.SOURCE_STAGE, c.name
+    assert len(registry.CANARIES) >= 13
+    for name, gate in (("canary_memo", "stability"), ("canary_wrong_stream", "stability"),
+                       ("canary_partial_write", "correctness"), ("canary_input_mutation", "correctness"),
+                       ("canary_side_stream", "bench"), ("canary_foreign_work", "tensor_proof")):
+        assert name in by_gate[gate]
+    # each stage runs exactly the canaries that target it
+    assert set(correctness.CANARIES) == set(by_gate["correctness"])
+    assert set(stability.CANARIES) == set(by_gate["stability"])
+    assert set(tensor_proof.CANARIES) == set(by_gate["tensor_proof"])
+    assert {bench_stage.CANARY} == set(by_gate["bench"])
+
+
+def test_canary_sources_exist_and_keep_the_symbol_scheme():
+    for c in registry.CANARIES:
+        text = (REPO / c.source).read_text(encoding="utf-8")
+        assert f"namespace {c.name} {{" in text and "fwd_kernel(FwdParams p)" in text, c.source
+        assert "Gate that must fire" in text, c.source
+
+
+def test_a_canary_whose_stage_is_not_in_the_pack_is_not_run_rather_than_missed(tmp_path):
+    (tmp_path / "canaries").mkdir()
+    write_json(tmp_path / "canaries" / "expected.json",
+               [{"canary": c.name, "caught_by": c.expect_caught_by, "fault": "x"} for c in registry.CANARIES])
+    out = canaries_stage.derive(tmp_path / "canaries", tmp_path)
+    assert out.status == SKIPPED
+    row = next(r for r in out.data["matrix"] if r["canary"] == "canary_side_stream")
+    assert row["observed"] == "bench skipped: bench is not in this pack"
+
+
+# -- 4. inputs that defeat shortcuts ---------------------------------------------------------------------
+
+def test_shortcut_cases_are_a_pure_function_of_the_seed():
+    a, b = correctness.shortcut_cases(123), correctness.shortcut_cases(123)
+    assert a == b and a != correctness.shortcut_cases(124)
+    assert len({c["case"] for c in a}) == len(a) == 6 * len(registry.DTYPES) * len(registry.HEAD_DIMS)
+    kinds = {c["case"].split("-")[0] for c in a}
+    assert kinds == {"odd", "s1", "large", "sharp", "heavy_tail"}
+    for c in a:
+        assert c["S"] == 1 or c["S"] % 16, c  # never a multiple of a tile
+        if c["case"].startswith("large"):
+            assert c["S"] > 4096
+        if c["case"].startswith("sharp"):
+            assert 4.0 <= c["scale_mult"] <= 12.0
+        assert c["dist"] == ("student_t3" if c["case"].startswith("heavy_tail") else "normal")
+
+
+def test_shortcut_cases_need_only_the_standard_library():
+    code = ("import sys; sys.path.insert(0, 'python'); from evpack.stages.correctness import shortcut_cases; "
+            "shortcut_cases(7); bad = [m for m in ('torch', 'numpy', 'pandas') if m in sys.modules]; "
+            "sys.exit(f'imported {bad}' if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr + r.stdout
+
+
+def test_correctness_run_on_h200_rederives_with_its_shortcut_set_and_catches_both_canaries(tmp_path):
+    d = _stage_copy(tmp_path, "correctness", ("scalar", *correctness.CANARIES))
+    out = correctness.derive(d, tmp_path)
+    assert out.status == PASS, out.reason
+    seed = read_json(d / correctness.SHORTCUT_FILE)["seed"]
+    assert out.data["shortcut"]["seed"] == seed and not out.data["shortcut"]["problems"]
+    assert out.data["shortcut"]["min_ref_ratio"] >= correctness.REF_RATIO_MIN
+    caught = {c["name"]: c for c in out.data["canaries"]}
+    assert all(c["caught"] for c in caught.values())
+    assert "NaN-poisoned output elements unwritten" in caught["canary_partial_write"]["reason"]
+    assert "changed q/k/v" in caught["canary_input_mutation"]["reason"]
+    assert "out of bound" not in caught["canary_input_mutation"]["reason"]  # its output was right
+
+
+def test_correctness_errors_when_the_shortcut_set_was_not_fully_checked(tmp_path):
+    d = _stage_copy(tmp_path, "correctness", ("scalar",))
+    res = read_json(d / "scalar.json")
+    dropped = next(r for r in res["rows"] if r.get("set") == "shortcut")
+    res["rows"] = [r for r in res["rows"] if r is not dropped]
+    write_json(d / "scalar.json", res)
+    out = correctness.derive(d, tmp_path)
+    assert out.status == ERROR and "shortcut cases not checked" in out.reason
+
+
+def test_correctness_errors_when_the_seed_does_not_give_the_recorded_cases(tmp_path):
+    d = _stage_copy(tmp_path, "correctness", ("scalar",))
+    rec = read_json(d / correctness.SHORTCUT_FILE)
+    rec["seed"] += 1
+    write_json(d / correctness.SHORTCUT_FILE, rec)
+    out = correctness.derive(d, tmp_path)
+    assert out.status == ERROR and "not what seed" in out.reason
+
+
+def test_correctness_errors_on_a_case_whose_reference_is_within_reach_of_a_zero_output(tmp_path):
+    d = _stage_copy(tmp_path, "correctness", ("scalar",))
+    res = read_json(d / "scalar.json")
+    row = next(r for r in res["rows"] if r["bound"] > 0)  # S = 1 rows are exact: bound 0
+    row["ref_max"] = row["bound"] * (correctness.REF_RATIO_MIN / 2)
+    write_json(d / "scalar.json", res)
+    out = correctness.derive(d, tmp_path)
+    assert out.status == ERROR and "a zero output would pass" in out.reason
+
+
+# -- 1, 2, 3. stale results, stream semantics, poison and input comparison in stability -----------------------
+
+def test_stability_run_on_h200_passes_scalar_and_catches_memo_and_wrong_stream(tmp_path):
+    d = _stage_copy(tmp_path, "stability", ("scalar", *stability.CANARIES))
+    out = stability.derive(d, tmp_path)
+    assert out.status == PASS, out.reason
+    assert "in-place refills" in out.data["variants"]["scalar"]["reason"]
+    caught = {c["name"]: c for c in out.data["canaries"]}
+    assert all(c["caught"] for c in caught.values()), caught
+    memo = read_json(d / "canary_memo.json")["rows"][0]
+    # the memo is invisible to the 1000 identical launches; only the in-place refills expose it
+    assert memo["eager"]["mismatched_elements"] == 0 and memo["eager"]["refill"]["bad_rounds"] > 0
+    assert "stale result or a launch outside the caller's stream" in caught["canary_memo"]["reason"]
+    wrong = read_json(d / "canary_wrong_stream.json")["rows"][0]
+    assert wrong["eager"]["refill"]["bad_rounds"] > 0  # ran before the side-stream producer had written
+
+
+# -- 6. work outside the shipped binary ------------------------------------------------------------------
+
+def test_markers_split_the_profiled_range_into_calls():
+    kernels = parse_ncu_csv((FIX / "tensor_proof" / "canary_foreign_work.log").read_text(encoding="utf-8"))
+    groups = split_at_markers(kernels)
+    assert len(groups) == len(read_json(FIX / "tensor_proof" / "canary_foreign_work.manifest.json")["calls"])
+    assert all(MARKER_KERNEL not in k.kernel for g in groups for k in g)
+    with pytest.raises(ValueError, match="before the first marker"):
+        split_at_markers([k for k in kernels if MARKER_KERNEL not in k.kernel])
+
+
+def test_tensor_proof_counts_only_our_kernels_and_fails_foreign_ones(tmp_path):
+    d = _stage_copy(tmp_path, "tensor_proof", ("scalar", "mma", *tensor_proof.CANARIES))
+    out = tensor_proof.derive(d, tmp_path)
+    assert out.status == PASS, out.reason
+    caught = {c["name"]: c for c in out.data["canaries"]}
+    assert caught["canary_decoy_hmma"]["caught"] and caught["canary_foreign_work"]["caught"]
+    problem, rows = tensor_proof._rows(d, "canary_foreign_work")
+    assert problem is None and rows
+    for r in rows:  # cuBLAS did the matrix work; none of it is counted
+        assert r["foreign_kernels"] and r["foreign_tensor_flops"] >= r["required_flops"]
+        assert r["executed_tensor_flops"] == 0 and not r["passed"]
+
+
+def test_a_foreign_kernel_in_a_real_variants_call_fails_the_gate(tmp_path):
+    d = _stage_copy(tmp_path, "tensor_proof", ("mma", *tensor_proof.CANARIES))
+    # mma's last call also launched the cuBLAS kernel of the foreign canary's first call (launch 1 there)
+    foreign = [ln for ln in (d / "canary_foreign_work.log").read_text(encoding="utf-8").splitlines()
+               if ln.startswith('"1",')]
+    assert foreign and "evpack" not in foreign[0]
+    with open(d / "mma.log", "a", encoding="utf-8") as f:
+        f.write("".join(ln.replace('"1",', '"100000",', 1) + "\n" for ln in foreign))
+    out = tensor_proof.derive(d, tmp_path)
+    assert out.status == FAIL and "kernels not from the extension ran during the call" in out.reason
+    _, rows = tensor_proof._rows(d, "mma")
+    assert [bool(r.get("foreign_kernels")) for r in rows] == [False] * (len(rows) - 1) + [True]
+
+
+# -- 5. timing integrity ------------------------------------------------------------------------------------
+
+def _row(**kw):
+    row = {"key": "k", "impl": "evpack", "shape": "B=16,H=16,S=512,D=64,dtype=fp16,causal=0", "mode": "cold",
+           "status": "ok", "reason": "", "median_us": 100.0}
+    row.update(kw)
+    return row
+
+
+def test_a_row_faster_than_the_speed_of_light_is_an_error_for_every_impl():
+    fl = integrity.floor_us(_row(), RATES)
+    for impl in ("evpack", "sdpa"):
+        probs = integrity.row_problems(_row(impl=impl, median_us=fl * 0.99), RATES)
+        assert probs and probs[0][0] == "error" and integrity.IMPOSSIBLE in probs[0][1]
+        assert integrity.row_problems(_row(impl=impl, median_us=fl * 1.01), RATES) == []
+
+
+def test_warm_rows_are_held_to_the_flop_floor_only():
+    small = "B=1,H=1,S=64,D=64,dtype=fp16,causal=0"  # memory-bound: the byte floor is the larger one
+    assert integrity.floor_us(_row(shape=small, mode="warm"), RATES) < integrity.floor_us(_row(shape=small), RATES)
+
+
+def test_drain_l2_and_timed_output_rules_apply_to_our_rows():
+    lim = integrity.DRAIN_LIMIT_US
+    assert integrity.row_problems(_row(drain_us_median=lim * 0.9), RATES) == []
+    assert integrity.row_problems(_row(drain_us_median=lim * 1.1), RATES)[0][0] == "error"
+    assert integrity.row_problems(_row(impl="sdpa", drain_us_median=lim * 10), RATES) == []
+    assert integrity.row_problems(_row(l2_violations=1), RATES)[0][0] == "error"
+    assert integrity.row_problems(_row(l2_error="cuCtxSetLimit failed"), RATES)[0][0] == "error"
+    assert integrity.row_problems(_row(timed_mismatches=3, timed_checks=4), RATES)[0][0] == "fail"
+    judged, summary = integrity.judge([_row(), _row(key="b", median_us=0.01)], RATES)
+    assert [r["status"] for r in judged] == ["ok", "error"] and summary["impossible_rows"] == 1
+
+
+def test_the_side_stream_canary_recorded_on_h200_is_caught_and_an_honest_record_is_not(tmp_path):
+    from evpack.bench.ceilings import rates
+
+    d = tmp_path / "bench"
+    shutil.copytree(FIX / "bench", d)
+    rt = rates(read_json(d / "ceilings.json"))
+    entry = bench_stage.canary_outcome(d, rt)
+    assert entry["caught"] and integrity.IMPOSSIBLE in entry["observed"]
+    assert "still busy" in entry["observed"] and "re-check" in entry["observed"]
+    rec = read_json(d / bench_stage.CANARY_FILE)
+    fl = integrity.floor_us({"shape": rec["shape"], "mode": rec["mode"]}, rt)
+    rec.update(times_us=[fl * 3] * 20, drain_us_median=20.0, timed_mismatches=0, recheck_err=0.0)
+    write_json(d / bench_stage.CANARY_FILE, rec)
+    honest = bench_stage.canary_outcome(d, rt)
+    assert not honest["caught"] and honest["reason"] == "no rule fired"
+
+
+def test_the_h200_run_measured_the_integrity_costs():
+    rec = read_json(FIX / "bench" / "integrity.json")
+    assert rec["timed_checks"] > 0 and rec["rows_with_checks"] > 0
+    assert rec["drain_us_max_of_rows"] < integrity.DRAIN_LIMIT_US
+    assert json.dumps(rec)  # plain JSON for the notes
+
+
+def test_canaries_run_last_but_keep_their_place_in_the_pack_and_report():
+    from evpack.stages.order import RUN_ORDER, STAGE_ORDER
+
+    assert RUN_ORDER[-1] == "canaries" and sorted(RUN_ORDER) == sorted(STAGE_ORDER)
+    assert STAGE_ORDER.index("canaries") < STAGE_ORDER.index("bench")  # packs before this change render alike
+
+
+def test_the_bench_refill_keeps_the_pointers_and_changes_every_value():
+    import torch
+
+    from evpack.bench.shape_runner import refill_in_place
+
+    qkv = tuple(torch.zeros(2, 3, 17, 64, dtype=torch.float16) for _ in range(3))
+    ptrs = [t.data_ptr() for t in qkv]
+    refill_in_place(qkv, 5)
+    assert [t.data_ptr() for t in qkv] == ptrs
+    assert all(bool((t != 0).float().mean() > 0.99) for t in qkv) and not torch.equal(qkv[0], qkv[1])
+    again = tuple(torch.zeros_like(t) for t in qkv)
+    refill_in_place(again, 5)
+    assert all(torch.equal(a, b) for a, b in zip(qkv, again, strict=True))
