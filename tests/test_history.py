@@ -99,23 +99,29 @@ def test_plot_writes_a_png(artifacts: Path, tmp_path: Path):
     assert history.plot([], empty) == 0 and empty.stat().st_size > 0
 
 
+def _main(args: list[str]) -> int:
+    from evpack.cli import main
+
+    return main(["history", *args])
+
+
 def test_main_exit_codes_and_output(artifacts: Path, tmp_path: Path, capsys):
     png = tmp_path / "trend.png"
-    assert history.main(["--artifacts", str(artifacts), "--plot", str(png)]) == 0
+    assert _main(["--artifacts", str(artifacts), "--plot", str(png)]) == 0
     out, err = capsys.readouterr()
     assert "20250103T120000Z-bbbbbbbbbbbb-dirty" in out and "1.31x" in out
     assert png.is_file() and "3 points" in err
-    assert history.main(["--artifacts", str(artifacts), "--format", "json"]) == 0
+    assert _main(["--artifacts", str(artifacts), "--format", "json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["packs"]) == 4
-    assert history.main(["--artifacts", str(tmp_path / "nowhere")]) == 2
+    assert _main(["--artifacts", str(tmp_path / "nowhere")]) == 2
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert history.main(["--artifacts", str(empty)]) == 0
+    assert _main(["--artifacts", str(empty)]) == 0
     assert "no packs" in capsys.readouterr().out
 
 
 def test_cli_entry_point(artifacts: Path):
-    """`python -m evpack history` reaches history.main (wired by evpack.cli)."""
+    """`python -m evpack history` in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
     r = subprocess.run([sys.executable, "-m", "evpack", "history", "--artifacts", str(artifacts)],
                        capture_output=True, text=True, timeout=120, env=env, cwd=REPO)

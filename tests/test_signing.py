@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, copy_pack, fake_pack, run_cli, verify_fake
+from conftest import FAKE, REPO, copy_pack, fake_pack, run_cli, verify_fake
 from ssh_helpers import missing
 
 from evpack.attest import SigningFailed, collect_run_facts, tree_digest, write_provenance
@@ -20,7 +20,7 @@ from evpack.provenance import PREDICATE_TYPE, STATEMENT_TYPE, parse_gpu_query
 from evpack.reporting.write import write_reports
 from evpack.signing import SigningError, allowed_signers_line, load_signing_key, sign
 from evpack.stages.base import read_json, write_json
-from evpack.verify import verify_provenance
+from evpack.verify import verify_pack, verify_provenance
 
 REFERENCE = REPO / "artifacts" / "reference" / "20261121T142018Z-b40b5c2fd4c6"
 
@@ -119,7 +119,7 @@ def _forge_gpu(pack: Path, name: str = "NVIDIA B200") -> None:
 def test_rehashed_forgery_fails_on_the_digest_then_on_the_signature(signed, keys, tmp_path, fake_env):
     pack = copy_pack(signed, tmp_path / "forged")
     _forge_gpu(pack)
-    assert verify_fake(pack) == []  # self-consistent: only the signed statement tells
+    assert verify_pack(pack, stages=FAKE) == []  # self-consistent: only the statement (and its signature) tells
     problems = problems_of(pack, keys["allowed"])
     assert any(x.startswith("provenance digest: index.json has sha256") and "changed after the statement" in x
                for x in problems), problems
@@ -240,7 +240,7 @@ def test_failed_signing_keeps_the_evidence_unsigned(tmp_path, fake_env, keys, mo
     assert "signing failed" in str(exc.value) and str(pack) in str(exc.value)
     assert pack.is_dir() and not pack.name.startswith(".incomplete-")
     assert (pack / "provenance.json").is_file() and not (pack / "provenance.json.sig").exists()
-    assert verify_fake(pack) == []  # every evidence file is there, as written
+    assert verify_pack(pack, stages=FAKE) == []  # every evidence file is there, as written
     problems = problems_of(pack, keys["allowed"], require=False)
     assert any(x.startswith("signature: pack.json records signing with key SHA256:") for x in problems), problems
 

@@ -169,6 +169,12 @@ def fake(tmp_path: Path):
     gh.chmod(0o755)
     pack = tmp_path / "20250101T000000Z-0123456789ab"
     pack.mkdir()
+    # Stand-in for `python -m evpack label PACK --format gh-args` (which verifies a real pack first): the
+    # labels of this synthetic pack.json as gh arguments, through the same gh_args the CLI uses.
+    label_cmd = tmp_path / "label_cmd.py"
+    label_cmd.write_text("import json, shlex, sys\nfrom evpack.labels import gh_args\n"
+                         "pj = json.load(open(sys.argv[1] + '/pack.json'))\n"
+                         "print(' '.join(shlex.quote(a) for a in gh_args(pj['labels'])))\n")
     (pack / "report.md").write_text("# Evidence\n\nlabel: evidence:failed\n")
 
     def run(verb: str, *, labels: list[str], comments=(), pr_labels=(), repo_labels=(), target: str | None = None):
@@ -183,7 +189,7 @@ def fake(tmp_path: Path):
         env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "FAKE_GH_STATE": str(state),
                "FAKE_GH_LOG": str(log), "GITHUB_REPOSITORY": "owner/repo",
                "PYTHONPATH": str(REPO / "python"),
-               "EVPACK_LABEL_CMD": f"{sys.executable} -m evpack label", "EVPACK_PYTHON": sys.executable}
+               "EVPACK_LABEL_CMD": f"{sys.executable} {label_cmd}", "EVPACK_PYTHON": sys.executable}
         r = subprocess.run(["bash", str(REPO / "scripts" / "lib" / "pr-evidence.sh"), verb, target or str(pack), "42"],
                            capture_output=True, text=True, timeout=60, env=env, cwd=REPO)
         assert r.returncode == 0, r.stdout + r.stderr

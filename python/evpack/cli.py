@@ -169,7 +169,7 @@ def cmd_evidence(args, selected) -> int:
     from .attest import SigningFailed
     from .bench.baseline_build import prepared_baseline
     from .evidence import gpu_available, run_evidence
-    from .verify import verify_pack, verify_provenance
+    from .verify import verify_all
 
     options = run_options(REPO, suite=args.suite, shapes=args.shapes, variants=args.variants,
                           cost_per_hour=args.cost_per_hour,
@@ -191,8 +191,7 @@ def cmd_evidence(args, selected) -> int:
     ok = meets(result.label, requirement)
     problems = []
     if not args.no_verify:
-        prov = verify_provenance(result.pack)
-        problems = verify_pack(result.pack, stages=args.stage_package) + list(prov.problems)
+        problems, prov = verify_all(result.pack, stages=args.stage_package)
         for p in problems:
             print(f"verify: {p}", file=sys.stderr)
         print(f"verify: provenance {prov.summary}")
@@ -202,12 +201,11 @@ def cmd_evidence(args, selected) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .verify import verify_pack, verify_provenance
+    from .verify import verify_all
 
     pack = resolve_pack(args.pack)
-    prov = verify_provenance(pack, allowed_signers=args.allowed_signers,
-                             require_signature=args.require_signature)  # bad options fail first
-    problems = verify_pack(pack, stages=args.stage_package) + list(prov.problems)
+    problems, prov = verify_all(pack, allowed_signers=args.allowed_signers, require_signature=args.require_signature,
+                                stages=args.stage_package)
     for p in problems:
         print(f"MISMATCH {p}")
     print(f"provenance: {prov.summary}")
@@ -218,10 +216,10 @@ def cmd_verify(args) -> int:
 def cmd_label(args) -> int:
     from .labels import format_labels
     from .pack import load_pack_record
-    from .verify import verify_pack
+    from .verify import verify_all
 
     pack = resolve_pack(args.pack)
-    problems = verify_pack(pack, stages=args.stage_package)
+    problems, _ = verify_all(pack, stages=args.stage_package)
     if problems:
         print(f"error: {pack.name} does not verify ({len(problems)} mismatch(es), first: {problems[0]}); "
               "its labels are not printed", file=sys.stderr)
@@ -327,9 +325,30 @@ def dispatch(args) -> int:
             "compare": cmd_compare, "history": cmd_history}[args.cmd](args)
 
 
+class _StdoutHandler(logging.StreamHandler):
+    """Log records of the library to the sys.stdout of the moment (the CLI's one output stream)."""
+
+    @property
+    def stream(self):
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+def _configure_logging() -> None:
+    lib = logging.getLogger("evpack")
+    if not any(isinstance(h, _StdoutHandler) for h in lib.handlers):
+        handler = _StdoutHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        lib.addHandler(handler)
+    lib.setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout, force=True)
+    _configure_logging()
     try:
         args = build_parser().parse_args(argv)
         return dispatch(args)

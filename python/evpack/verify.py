@@ -210,3 +210,11 @@ def verify_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
     files; with allowed_signers the signature must be good and by a listed signer.
     """
     return check_provenance(pack_dir, allowed_signers=allowed_signers, require_signature=require_signature)
+
+
+def verify_all(pack_dir: Path, *, allowed_signers: Path | None = None, require_signature: bool = False,
+               stages: str | None = None) -> tuple[list[str], ProvenanceCheck]:
+    """Everything `verify` checks: the pack's consistency and its provenance statement (and signature).
+    Bad signing options (an unreadable allowed-signers file, ...) raise before the pack is read."""
+    prov = verify_provenance(pack_dir, allowed_signers=allowed_signers, require_signature=require_signature)
+    return verify_pack(pack_dir, stages=stages) + list(prov.problems), prov
