@@ -118,7 +118,7 @@ def _advisory_reason(a: ptxas.PtxasAdvisory, symbol: str) -> str:
     what = {ptxas.WGMMA_SERIALIZED: "wgmma serialised", ptxas.SETMAXNREG_IGNORED: "setmaxnreg ignored"}[a.kind]
     whose = ("" if a.function == symbol else " (ptxas names no function: every kernel of this object on "
              f"{a.arch})" if a.function is None else f" (in {a.function}, called from a kernel of this object)")
-    return f"ptxas {a.code} {what}{whose}: {a.line!r}"
+    return f"ptxas {a.code} {what}{whose}: `{a.line}`"
 
 
 def _row(obj: str, k: ptxas.KernelResources, built: dict | None,
@@ -226,10 +226,10 @@ def evaluate(pack_dir: Path) -> tuple[StageOutcome, list[dict]]:
     if built is not None:
         failures += [f"build/kernels.json names a kernel outside the registry: {u}" for u in unknown_built(built)]
         have = {((r["variant"], r["config"], r["dtype"], r["head_dim"]), r["arch"]) for r in rows if r["variant"]}
-        per_module = "" not in module_archs  # every log named its extension: expect each kernel on its own
         for key, k in built.items():
             var = _variant(key[0])
-            expected = module_archs.get(k.get("module"), archs) if per_module else archs
+            # the archs of its extension's logs (logs that name no extension: the archs of those)
+            expected = module_archs.get(k.get("module")) or module_archs.get("") or archs
             for a in expected:
                 if (key, a) not in have and (var is None or var.targets(a)):
                     problems.append(f"no ptxas report for {key[0]}/{key[1]}/{key[2]}/d{key[3]} on {a}")
