@@ -153,6 +153,7 @@ def main() -> None:
         version="0.1.0",
         package_dir={"": "python"},
         packages=find_packages("python"),
+        package_data={"evpack": ["dispatch_table.json"]},
         ext_modules=ext_modules,
         cmdclass=cmdclass,
         zip_safe=False,
