@@ -366,3 +366,30 @@ def test_a_variant_whose_archs_were_not_compiled_is_an_error(tmp_path):
     assert out.status == ERROR
     assert any("targets 90a but its extension was compiled only for sm_80, sm_89, sm_90" in p
                for p in out.data["problems"])
+
+
+def test_canary_matrix_calls_the_ptxas_gate_live_without_a_gpu(tmp_path):
+    """A pack whose GPU stages were skipped: the build-time canary is still caught, by name."""
+    from evpack import runner
+    from evpack.stages import canaries
+
+    pack = make_pack(tmp_path, logs=(CUDA13, CANARY_LOG), kernels=WITH_CANARY)
+    (pack / "ptxas" / "runner.json").write_text(json.dumps({"stage": "ptxas", "returncode": 0, "skipped": None,
+                                                            "timed_out": False, "exception": None}))
+    for name in ("sass", "tensor_proof", "sanitize", "correctness", "stability"):
+        runner.record_skip(pack / name, name, "no CUDA device: torch.cuda.is_available() is False")
+    (pack / "canaries").mkdir()
+    canaries.run(StageContext(pack, pack / "canaries", tmp_path))
+    out = canaries.derive(pack / "canaries", pack)
+    assert out.status == SKIPPED
+    n = len(registry.CANARIES)
+    assert out.reason == f"1/{n} canaries caught (canary_serialized_wgmma by ptxas); the rest were not run"
+    row = next(r for r in out.data["matrix"] if r["canary"] == "canary_serialized_wgmma")
+    assert row["stage"] == "ptxas" and row["caught"] is True and "C7518" in row["observed"]
+    # the same pack without the serialisation line: the gate did not fire, so it is not live
+    quiet = tmp_path / "quiet.log"
+    quiet.write_text("\n".join(ln for ln in CANARY_LOG.read_text().splitlines() if "(C7518)" not in ln) + "\n")
+    for f in (pack / "build" / "ptxas").glob("*canary_serialized*"):
+        f.write_text(quiet.read_text())
+    out = canaries.derive(pack / "canaries", pack)
+    assert out.status == ERROR and "gate not live: ptxas did not catch canary_serialized_wgmma" in out.reason

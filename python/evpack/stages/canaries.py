@@ -61,8 +61,15 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         return StageOutcome(SKIPPED, "the stages that run the canaries were skipped", {"matrix": matrix})
     if SKIPPED in statuses:
         n = statuses.count(PASS)
-        return StageOutcome(SKIPPED, f"{n}/{len(matrix)} canaries caught; the rest were not run", {"matrix": matrix})
+        return StageOutcome(SKIPPED, f"{n}/{len(matrix)} canaries caught{_caught_names(matrix)}; the rest were not run",
+                            {"matrix": matrix})
     return StageOutcome(PASS, f"all {len(matrix)} planted faults caught by their gates", {"matrix": matrix})
+
+
+def _caught_names(matrix: list[dict]) -> str:
+    """' (name by gate, ...)' for the canaries caught: on a pack without a GPU, the build-time ones."""
+    caught = [f"{r['canary']} by {r['gate']}" for r in matrix if r["status"] == PASS]
+    return f" ({', '.join(caught)})" if caught else ""
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
