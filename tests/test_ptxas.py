@@ -393,3 +393,24 @@ def test_canary_matrix_calls_the_ptxas_gate_live_without_a_gpu(tmp_path):
         f.write_text(quiet.read_text())
     out = canaries.derive(pack / "canaries", pack)
     assert out.status == ERROR and "gate not live: ptxas did not catch canary_serialized_wgmma" in out.reason
+
+
+def test_a_hopper_object_compiled_for_sm90a_alone_needs_no_other_kernel_on_sm90a(tmp_path):
+    """One extension whose Hopper-only object is built for sm_90a alone and the rest for 80/89/90 (a
+    per-object arch choice): the others are not required on sm_90a, the Hopper kernel on nothing else."""
+    head, blocks = _arch_blocks(CUDA13.read_text())
+    main = tmp_path / "main.log"
+    main.write_text("\n".join([head[0] + " -DTORCH_EXTENSION_NAME=_C"] + [ln for b in blocks for ln in b]) + "\n")
+    text = CANARY_LOG.read_text().splitlines()
+    cmd = text[0].replace("_canaries", "_C")
+    for a in ("80", "89", "90"):
+        cmd = cmd.replace(f" -gencode=arch=compute_{a},code=sm_{a}", "")
+    start = next(i for i, ln in enumerate(text) if "(C7519)" in ln)  # the sm_90a block starts with its advisories
+    hopper = tmp_path / "hopper.log"
+    hopper.write_text("\n".join([cmd] + text[start:]) + "\n")
+    kernels = [dict(k, module="evpack._C") for k in WITH_CANARY]
+    out = derive(make_pack(tmp_path, logs=(main, hopper), kernels=kernels))
+    assert out.status == PASS, out.reason
+    assert out.data["problems"] == [] and "off_target" not in out.data
+    assert out.data["archs"] == ["sm_80", "sm_89", "sm_90", "sm_90a"]
+    assert next(c for c in out.data["canaries"] if c["name"] == "canary_serialized_wgmma")["caught"] is True

@@ -323,3 +323,15 @@ def test_a_hopper_variant_missing_its_arch_is_an_error(tmp_path):
     out = derive(recorded_pack(tmp_path, cut, kernels=[CANARY_KERNEL]))
     assert out.status == ERROR
     assert any("targets 90a but the evpack._C SASS holds only sm_80, sm_89, sm_90" in p for p in out.data["problems"])
+
+
+def test_sm90a_only_in_one_variant_requires_nothing_of_the_others(tmp_path):
+    """The dump of one extension whose Hopper-only kernel exists on sm_90a alone (per-object archs)."""
+    hopper = canary_text()
+    sm90a = hopper[hopper.index("arch = sm_90a"):]
+    kernels = [dict(k) for k in FIXTURE_KERNELS] + [CANARY_KERNEL]
+    out = derive(recorded_pack(tmp_path, multi_text() + "\n" + sm90a, kernels=kernels))
+    assert out.status == PASS, out.reason
+    assert out.data["problems"] == [] and "off_target" not in out.data
+    (c,) = [c for c in out.data["canaries"] if c["name"] == "canary_serialized_wgmma"]
+    assert [(r["arch"], r["hgmma"]) for r in c["kernels"]] == [("sm_90a", 8)]

@@ -18,6 +18,7 @@ Canary kernels are in the table, but their results go under data["canaries"], no
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 from .. import occupancy, ptxas, registry, symbols
@@ -89,6 +90,20 @@ def _variant(name: str) -> registry.Variant | None:
         return registry.get(name, include_canaries=True)
     except ValueError:
         return None
+
+
+_ARCH_SPECIFIC = re.compile(r"^sm_\d+[af]$")  # sm_90a, sm_100a, sm_100f: targets only some variants need
+
+
+def required_archs(variant: str, archs) -> list[str]:
+    """Of the archs an extension was compiled for, those a kernel of `variant` must have a row on: its registry
+    `archs` when it declares some; else every arch but the arch-specific ones (sm_90a), which are added for
+    the variants that declare them (a build whose only archs are arch-specific requires those)."""
+    var = _variant(variant)
+    if var is not None and var.archs:
+        return [a for a in archs if var.targets(a)]
+    plain = [a for a in archs if not _ARCH_SPECIFIC.match(a)]
+    return plain or list(archs)
 
 
 def split_off_target(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -230,10 +245,10 @@ def evaluate(pack_dir: Path) -> tuple[StageOutcome, list[dict]]:
             var = _variant(key[0])
             # the archs of its extension's logs (logs that name no extension: the archs of those)
             expected = module_archs.get(k.get("module")) or module_archs.get("") or archs
-            for a in expected:
-                if (key, a) not in have and (var is None or var.targets(a)):
+            for a in required_archs(key[0], expected):
+                if (key, a) not in have:
                     problems.append(f"no ptxas report for {key[0]}/{key[1]}/{key[2]}/d{key[3]} on {a}")
-            if var is not None and var.archs and expected and not any(var.targets(a) for a in expected):
+            if var is not None and var.archs and expected and not required_archs(key[0], expected):
                 problems.append(f"{key[0]}/{key[1]}/{key[2]}/d{key[3]} targets {', '.join(var.archs)} but its "
                                 f"extension was compiled only for {', '.join(expected)}")
     main, canaries = split_canaries(rows, NAME)

@@ -24,7 +24,15 @@ from pathlib import Path
 
 from .. import binary, registry, sass, symbols, tools
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
-from .ptxas import load_built_kernels, split_canaries, split_off_target, summary_counts, unknown_built, write_csv
+from .ptxas import (
+    load_built_kernels,
+    required_archs,
+    split_canaries,
+    split_off_target,
+    summary_counts,
+    unknown_built,
+    write_csv,
+)
 
 NAME = "sass"
 NEEDS_GPU = False
@@ -258,7 +266,7 @@ def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict],
                 problems.append(f"{key[0]}/{key[1]}/{key[2]}/d{key[3]}: module {module} was not disassembled")
                 continue
             var = next((v for v in registry.variants(include_canaries=True) if v.name == key[0]), None)
-            targets = [a for a in sorted(mod_archs.get(module, ())) if var is None or var.targets(a)]
+            targets = required_archs(key[0], sorted(mod_archs.get(module, ())))
             for a in targets:
                 if (module, key, a) not in have:
                     problems.append(f"{key[0]}/{key[1]}/{key[2]}/d{key[3]} is not in the {module} SASS for {a}")
