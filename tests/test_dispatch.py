@@ -136,8 +136,7 @@ def test_default_follows_a_regenerated_table(tmp_path, monkeypatch):
     table = _committed()
     for c in table["devices"][0]["choices"]:
         c["config"] = "m128n64w8s2"
-    path = tmp_path / "t.json"
-    path.write_text(dispatch.table_text(table))
+    path = dispatch.write_table(table, tmp_path / "t.json")
     monkeypatch.setattr(dispatch, "TABLE_PATH", path)
     monkeypatch.setattr(api, "_device", lambda index: ("NVIDIA H200", "9.0", 132))
     api._table.cache_clear()

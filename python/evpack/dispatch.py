@@ -116,6 +116,15 @@ def table_text(table: dict) -> str:
     return json.dumps(table, indent=2, ensure_ascii=True) + "\n"
 
 
+def write_table(table: dict, path: Path | None = None) -> Path:
+    """Write a table atomically (temp file + rename) to `path` (default: the package's dispatch_table.json)."""
+    path = Path(path or TABLE_PATH)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(table_text(table), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
 # ---- lookup ----------------------------------------------------------------------------------------
 
 def load_table(path: Path | None = None) -> dict | None:
