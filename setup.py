@@ -7,7 +7,9 @@ Extensions: evpack._C (registry.VARIANTS) and, with EVPACK_CANARIES=1, evpack._c
 files that python/evpack/buildgen.py writes into build/generated/<extension>/.
 
 Environment:
-  EVPACK_CUDA_ARCHS   SM versions, ";" or "," separated (default "80;89;90"): one SASS per arch, one fatbin
+  EVPACK_CUDA_ARCHS   SM versions, ";" or "," separated (default "80;89;90"): one SASS per arch, one fatbin;
+                      an extension also gets every arch-specific target its variants declare (registry
+                      `archs`, e.g. 90a), where those variants hold their code (stubs elsewhere)
   EVPACK_NVCC_FLAGS   extra nvcc flags, shell-split, appended last (e.g. "-maxrregcount=32")
   EVPACK_VARIANTS     comma list of registry names to build (default: all); canary names select canaries
   EVPACK_CANARIES=1   also build evpack._canaries
@@ -60,6 +62,12 @@ def _arch_flags(spec: str) -> list[str]:
     return [f"-gencode=arch=compute_{a},code=sm_{a}" for a in dict.fromkeys(archs)]
 
 
+def _declared_arch_flags(group, base: list[str]) -> list[str]:
+    """base plus the targets the group's variants declare in registry `archs` (e.g. "90a"), once each."""
+    extra = [f"-gencode=arch=compute_{a},code=sm_{a}" for v in group for a in getattr(v, "archs", ())]
+    return base + [f for f in dict.fromkeys(extra) if f not in base]
+
+
 def _select(registry) -> tuple[list, list]:
     """(variants, canaries) to build, after EVPACK_VARIANTS."""
     variants, canaries = list(registry.VARIANTS), list(registry.CANARIES)
@@ -88,8 +96,8 @@ def _extensions_and_cmdclass():
     os.environ.setdefault("PYTORCH_NVCC", str(ROOT / "csrc" / "tools" / "nvcc-log"))
     os.environ.setdefault("EVPACK_REAL_NVCC", str(Path(cpp.CUDA_HOME) / "bin" / "nvcc"))
 
-    nvcc_flags = NVCC_FLAGS + _arch_flags(os.environ.get("EVPACK_CUDA_ARCHS", DEFAULT_ARCHS))
-    nvcc_flags += shlex.split(os.environ.get("EVPACK_NVCC_FLAGS", ""))
+    arch_flags = _arch_flags(os.environ.get("EVPACK_CUDA_ARCHS", DEFAULT_ARCHS))
+    user_flags = shlex.split(os.environ.get("EVPACK_NVCC_FLAGS", ""))
     lib_dir = Path(cpp.CUDA_HOME) / "lib64"
     # rpath to cudart and to torch's libraries: `import evpack._C` works without `import torch` first
     # (the build stage lists kernels that way).
@@ -114,7 +122,8 @@ def _extensions_and_cmdclass():
                 library_dirs=[str(lib_dir)],
                 libraries=["cudart"],
                 extra_link_args=[f"-Wl,-rpath,{d}" for d in rpaths],
-                extra_compile_args={"cxx": list(CXX_FLAGS), "nvcc": list(nvcc_flags)},
+                extra_compile_args={"cxx": list(CXX_FLAGS),
+                                    "nvcc": NVCC_FLAGS + _declared_arch_flags(group, arch_flags) + user_flags},
             )
         )
 
@@ -147,6 +156,7 @@ def main() -> None:
         version="0.1.0",
         package_dir={"": "python"},
         packages=find_packages("python"),
+        package_data={"evpack": ["dispatch_table.json"]},
         ext_modules=ext_modules,
         cmdclass=cmdclass,
         zip_safe=False,

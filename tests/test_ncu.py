@@ -86,3 +86,40 @@ def test_pack_decoy_is_far_below_coverage():
 def test_no_csv_header_is_an_error():
     with pytest.raises(ValueError, match="no ncu CSV header"):
         parse_ncu_csv("==ERROR== the application returned an error\n")
+
+
+# ---- the wgmma path (Hopper) ------------------------------------------------------------------
+
+def _queried_metric_names() -> set[str]:
+    """Base names listed by `ncu --query-metrics` on the H200 (fixture, filtered to tensor metrics)."""
+    text = (FIX / "query_tensor_metrics.txt").read_text(encoding="utf-8")
+    return {ln.split()[0] for ln in text.splitlines() if ln.strip()}
+
+
+def test_every_collected_metric_exists_on_the_h200():
+    from evpack.ncu import METRICS
+
+    names = _queried_metric_names()
+    missing = [m for m in METRICS if m.rsplit(".", 1)[0] not in names]
+    assert not missing, missing
+
+
+def test_executed_flops_cover_the_wgmma_path():
+    from evpack.ncu import GENERIC_TENSOR_OPS_METRICS, HGMMA_OPS_METRICS, TENSOR_OPS_METRICS
+
+    names = _queried_metric_names()
+    hgmma = {m.rsplit(".", 1)[0] for m in HGMMA_OPS_METRICS}
+    # every HGMMA counter of an fp16/bf16 source that ncu offers (without its dst/sparsity splits) is summed
+    offered = {n for n in names if n.startswith("sm__ops_path_tensor_op_hgmma_src_") and "sparsity" not in n
+               and ("fp16" in n or "bf16" in n)}
+    assert offered == hgmma
+    assert set(HGMMA_OPS_METRICS) <= set(TENSOR_OPS_METRICS)
+    assert {m.rsplit(".", 1)[0] for m in GENERIC_TENSOR_OPS_METRICS} <= names
+
+
+def test_hmma_kernels_unchanged_and_old_profiles_have_no_generic_total():
+    for k, _ in _pack("mma"):
+        assert k.hgmma_flops == 0 and k.tensor_flops > 0
+        assert k.generic_tensor_flops is None  # recorded only by profiles that asked for it
+    k = _probe("wmma")
+    assert k.tensor_flops == 2 * 64 * 64 * 64 * 4

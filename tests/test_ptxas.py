@@ -258,3 +258,160 @@ def test_unparseable_log_is_an_error(tmp_path):
     bad.write_text("\n".join(ln for ln in CUDA13.read_text().splitlines() if "registers" not in ln))
     out = derive(make_pack(tmp_path, logs=(CUDA13, bad)))
     assert out.status == ERROR and "no 'Used N registers' line" in out.reason
+
+
+# ---- Hopper: ptxas performance advisories (wgmma serialised, setmaxnreg ignored) -------------------
+
+WGMMA = FIX / "wgmma_warnings.cuda13.0.rdc.sm90a.log"
+MAXNREG = FIX / "setmaxnreg.cuda13.0.sm90a.log"
+MAXNREG_RDC = FIX / "setmaxnreg.cuda13.0.rdc.sm90a.log"
+CANARY_LOG = FIX / "canary_serialized_wgmma.cuda13.0.sm80_89_90_90a.log"
+SERIALIZED = "_ZN6evpack23canary_serialized_wgmma10fwd_kernelINS0_14cfg_m64n64w4s1E6__halfLi64EEEvNS_9FwdParamsE"
+CANARY_KERNEL = {"variant": "canary_serialized_wgmma", "config": "m64n64w4s1", "dtype": "fp16", "head_dim": 64,
+                 "threads": 128, "dynamic_smem_bytes": 24576, "module": "evpack._canaries"}
+# The kernels fixture log names no extension (its command has no -DTORCH_EXTENSION_NAME): its kernels are
+# expected on the archs of the logs that name none; the canary log names _canaries.
+WITH_CANARY = [dict(k, module=None) for k in FIXTURE_KERNELS] + [CANARY_KERNEL]
+
+
+def test_wgmma_advisories_are_classified_and_named():
+    log = ptxas.parse_ptxas_log(WGMMA.read_text())
+    got = [(a.code, a.kind, a.function) for a in log.advisories]
+    assert got == [
+        ("C7519", ptxas.NOTE, "_Z14wgmma_no_fencePfmmf"),
+        ("C7509", ptxas.WGMMA_SERIALIZED, "_Z17wgmma_extern_callPfmm"),
+        ("C7520", ptxas.WGMMA_SERIALIZED, "_Z15wgmma_divergentPfmmi"),
+        ("C7519", ptxas.NOTE, "_Z17wgmma_acc_touchedPfmm"),
+        ("C7517", ptxas.NOTE, "_Z17wgmma_acc_touchedPfmm"),
+        ("C7511", ptxas.WGMMA_SERIALIZED, "_Z17wgmma_acc_touchedPfmm"),
+    ]
+    assert all(a.arch == "sm_90a" for a in log.advisories)
+    assert log.advisories[1].line.startswith("ptxas info    : (C7509) Potential Performance Loss: wgmma.mma_async")
+    # the advisory lines are not register reports, nor warnings/errors: the resources are parsed as before
+    assert len(log.kernels) == 5 and log.diagnostics == ()
+    voided = {k.symbol for k in log.kernels if ptxas.advisories_for(log, k.symbol, k.arch)}
+    assert voided == {"_Z17wgmma_extern_callPfmm", "_Z15wgmma_divergentPfmmi", "_Z17wgmma_acc_touchedPfmm"}
+    assert not ptxas.advisories_for(log, "_Z11wgmma_cleanPfmm", "sm_90a")
+    assert not ptxas.advisories_for(log, "_Z14wgmma_no_fencePfmmf", "sm_90a")  # an injected arrive is a note
+
+
+@pytest.mark.parametrize("path, code", [(MAXNREG, "C7508"), (MAXNREG_RDC, "C7504")])
+def test_setmaxnreg_ignored_names_no_function_so_the_whole_block_is_suspect(path, code):
+    log = ptxas.parse_ptxas_log(path.read_text())
+    assert {a.code for a in log.advisories} == {code}
+    assert all(a.kind == ptxas.SETMAXNREG_IGNORED and a.function is None and a.arch == "sm_90a"
+               for a in log.advisories)
+    for k in log.kernels:  # ptxas does not say which kernel: both are flagged
+        assert [a.code for a in ptxas.advisories_for(log, k.symbol, "sm_90a")][:1] == [code]
+    bounded = by_key(log.kernels)[("_Z18setmaxnreg_boundedPf", "sm_90a")]
+    assert bounded.registers == (10 if code == "C7504" else 240)  # whole-program build honours it: 240
+
+
+def test_advisories_belong_to_the_arch_block_they_were_printed_in():
+    log = ptxas.parse_ptxas_log(CANARY_LOG.read_text())
+    assert log.built_archs == ("sm_80", "sm_89", "sm_90", "sm_90a") and log.extension == "_canaries"
+    assert [(a.code, a.arch) for a in log.advisories] == [("C7519", "sm_90a"), ("C7518", "sm_90a")]
+    assert [a.code for a in ptxas.advisories_for(log, SERIALIZED, "sm_90a")] == ["C7518"]
+    assert all(not ptxas.advisories_for(log, SERIALIZED, a) for a in ("sm_80", "sm_89", "sm_90"))
+    k = by_key(log.kernels)
+    assert (k[(SERIALIZED, "sm_90a")].registers, k[(SERIALIZED, "sm_90a")].spill_bytes) == (100, 0)
+    assert k[(SERIALIZED, "sm_80")].registers == 4  # the __trap() stub of the other archs
+
+
+def test_classify_by_message_or_code():
+    assert ptxas.classify_advisory("C7999", "wgmma.mma_async instructions are serialized due to x") == \
+        ptxas.WGMMA_SERIALIZED
+    assert ptxas.classify_advisory("C7515", "reworded") == ptxas.WGMMA_SERIALIZED
+    assert ptxas.classify_advisory("C7517", "warpgroup.wait is injected") == ptxas.NOTE
+
+
+def test_stage_fails_a_serialised_wgmma_kernel_and_the_canary_is_caught(tmp_path):
+    pack = make_pack(tmp_path, logs=(CUDA13, CANARY_LOG), kernels=WITH_CANARY)
+    out = derive(pack)
+    assert out.status == PASS, out.reason  # the canary's result is not the stage's
+    assert out.data["archs"] == ["sm_80", "sm_89", "sm_90", "sm_90a"]
+    assert out.data["summary"]["rows"] == 9
+    canary = next(c for c in out.data["canaries"] if c["name"] == "canary_serialized_wgmma")
+    assert canary["caught"] is True and canary["status"] == FAIL and canary["tool"] == "ptxas"
+    (row,) = canary["kernels"]
+    assert row["arch"] == "sm_90a" and row["status"] == FAIL
+    assert row["reason"].startswith("ptxas C7518 wgmma serialised: `ptxas info    : (C7518) Potential Performance")
+    assert SERIALIZED in row["reason"] and canary["observed"].startswith("sm_90a: ptxas C7518")
+    # the stubs on the extension's other archs decide nothing
+    off = out.data["off_target"]
+    assert sorted(r["arch"] for r in off) == ["sm_80", "sm_89", "sm_90"]
+    assert all(r["status"] == SKIPPED and "not a target arch" in r["reason"] for r in off)
+    md = stage.report_md(pack / "ptxas", out)
+    assert "**voids the design**: `ptxas info    : (C7518)" in md and "note: `ptxas info    : (C7519)" in md
+
+
+def test_stage_fails_a_registered_kernel_with_an_advisory(tmp_path, monkeypatch):
+    """The same rule on a non-canary kernel: the stage fails and the reason quotes the line."""
+    hopper = registry.get("canary_serialized_wgmma", include_canaries=True)
+    monkeypatch.setattr(registry, "CANARIES", tuple(c for c in registry.CANARIES if c is not hopper))
+    monkeypatch.setattr(registry, "VARIANTS", registry.VARIANTS + (dataclasses.replace(hopper, expect_caught_by=""),))
+    pack = make_pack(tmp_path, logs=(CUDA13, CANARY_LOG), kernels=WITH_CANARY)
+    out = derive(pack)
+    assert out.status == FAIL
+    assert "canary_serialized_wgmma/m64n64w4s1/fp16/d64 on sm_90a: ptxas C7518 wgmma serialised" in out.reason
+
+
+def test_a_variant_whose_archs_were_not_compiled_is_an_error(tmp_path):
+    """canary_serialized_wgmma targets 90a; an extension built without it holds stubs only."""
+    head, blocks = _arch_blocks(CANARY_LOG.read_text())
+    head = [head[0].replace(" -gencode=arch=compute_90a,code=sm_90a", "")]  # the command without sm_90a
+    kept = [ln for b in blocks[:3] for ln in b if "(C75" not in ln]  # the sm_90a block's advisories precede it
+    src = tmp_path / "no90a.log"
+    src.write_text("\n".join(head + kept) + "\n")
+    out = derive(make_pack(tmp_path, logs=(CUDA13, src), kernels=WITH_CANARY))
+    assert out.status == ERROR
+    assert any("targets 90a but its extension was compiled only for sm_80, sm_89, sm_90" in p
+               for p in out.data["problems"])
+
+
+def test_canary_matrix_calls_the_ptxas_gate_live_without_a_gpu(tmp_path):
+    """A pack whose GPU stages were skipped: the build-time canary is still caught, by name."""
+    from evpack import runner
+    from evpack.stages import canaries
+
+    pack = make_pack(tmp_path, logs=(CUDA13, CANARY_LOG), kernels=WITH_CANARY)
+    (pack / "ptxas" / "runner.json").write_text(json.dumps({"stage": "ptxas", "returncode": 0, "skipped": None,
+                                                            "timed_out": False, "exception": None}))
+    for name in ("sass", "tensor_proof", "sanitize", "correctness", "stability"):
+        runner.record_skip(pack / name, name, "no CUDA device: torch.cuda.is_available() is False")
+    (pack / "canaries").mkdir()
+    canaries.run(StageContext(pack, pack / "canaries", tmp_path))
+    out = canaries.derive(pack / "canaries", pack)
+    assert out.status == SKIPPED
+    n = len(registry.CANARIES)
+    assert out.reason == f"1/{n} canaries caught (canary_serialized_wgmma by ptxas); the rest were not run"
+    row = next(r for r in out.data["matrix"] if r["canary"] == "canary_serialized_wgmma")
+    assert row["stage"] == "ptxas" and row["caught"] is True and "C7518" in row["observed"]
+    # the same pack without the serialisation line: the gate did not fire, so it is not live
+    quiet = tmp_path / "quiet.log"
+    quiet.write_text("\n".join(ln for ln in CANARY_LOG.read_text().splitlines() if "(C7518)" not in ln) + "\n")
+    for f in (pack / "build" / "ptxas").glob("*canary_serialized*"):
+        f.write_text(quiet.read_text())
+    out = canaries.derive(pack / "canaries", pack)
+    assert out.status == ERROR and "gate not live: ptxas did not catch canary_serialized_wgmma" in out.reason
+
+
+def test_a_hopper_object_compiled_for_sm90a_alone_needs_no_other_kernel_on_sm90a(tmp_path):
+    """One extension whose Hopper-only object is built for sm_90a alone and the rest for 80/89/90 (a
+    per-object arch choice): the others are not required on sm_90a, the Hopper kernel on nothing else."""
+    head, blocks = _arch_blocks(CUDA13.read_text())
+    main = tmp_path / "main.log"
+    main.write_text("\n".join([head[0] + " -DTORCH_EXTENSION_NAME=_C"] + [ln for b in blocks for ln in b]) + "\n")
+    text = CANARY_LOG.read_text().splitlines()
+    cmd = text[0].replace("_canaries", "_C")
+    for a in ("80", "89", "90"):
+        cmd = cmd.replace(f" -gencode=arch=compute_{a},code=sm_{a}", "")
+    start = next(i for i, ln in enumerate(text) if "(C7519)" in ln)  # the sm_90a block starts with its advisories
+    hopper = tmp_path / "hopper.log"
+    hopper.write_text("\n".join([cmd] + text[start:]) + "\n")
+    kernels = [dict(k, module="evpack._C") for k in WITH_CANARY]
+    out = derive(make_pack(tmp_path, logs=(main, hopper), kernels=kernels))
+    assert out.status == PASS, out.reason
+    assert out.data["problems"] == [] and "off_target" not in out.data
+    assert out.data["archs"] == ["sm_80", "sm_89", "sm_90", "sm_90a"]
+    assert next(c for c in out.data["canaries"] if c["name"] == "canary_serialized_wgmma")["caught"] is True

@@ -254,3 +254,85 @@ def test_no_build_is_skipped_and_no_tool_is_an_error(tmp_path, monkeypatch):
 def test_empty_dump_is_an_error(tmp_path):
     out = derive(recorded_pack(tmp_path, "\ncuobjdump info    : File '_C.so' does not contain device code\n"))
     assert out.status == ERROR and "no functions" in out.reason
+
+
+# ---- Hopper-only variants: HGMMA on sm_90a, stubs elsewhere --------------------------------------
+
+CANARY_DUMP = FIX / "canary_serialized_wgmma.sm80_89_90_90a.sass.gz"  # the registry's canary, 4 archs
+SERIALIZED = "_ZN6evpack23canary_serialized_wgmma10fwd_kernelINS0_14cfg_m64n64w4s1E6__halfLi64EEEvNS_9FwdParamsE"
+CANARY_KERNEL = {"variant": "canary_serialized_wgmma", "config": "m64n64w4s1", "dtype": "fp16", "head_dim": 64,
+                 "threads": 128, "dynamic_smem_bytes": 24576, "module": "evpack._C"}
+
+
+def canary_text() -> str:
+    with gzip.open(CANARY_DUMP, "rt", encoding="utf-8") as f:
+        return f.read()
+
+
+def test_wgmma_kernel_has_hgmma_on_sm90a_only():
+    text = canary_text()
+    fns = fns_by_key(text)
+    assert sorted(a for s, a in fns if s == SERIALIZED) == ["sm_80", "sm_89", "sm_90", "sm_90a"]
+    hopper = fns[(SERIALIZED, "sm_90a")]
+    hist = hopper.histogram()
+    assert hist["HGMMA"] == grep_count(text, SERIALIZED, "sm_90a", r"^\s*/\*[0-9a-f]+\*/\s+HGMMA\.") == 8
+    assert hist.get("HMMA", 0) == 0 and hist.get("LDL", 0) == hist.get("STL", 0) == 0
+    assert hopper.full_forms() == {"HGMMA.64x64x16.F32": 8}  # 4 k-slices of Q.K^T + 4 of P.V
+    for arch in ("sm_80", "sm_89", "sm_90"):  # the __trap() stub
+        stub = fns[(SERIALIZED, arch)]
+        assert not stub.full_forms() and "BPT" in stub.histogram()
+
+
+def test_stage_counts_hgmma_and_sets_stubs_aside(tmp_path):
+    out = derive(recorded_pack(tmp_path, canary_text(), kernels=[CANARY_KERNEL]))
+    (c,) = out.data["canaries"]
+    (row,) = c["kernels"]
+    assert row["arch"] == "sm_90a" and row["status"] == PASS, row["reason"]
+    assert (row["hgmma"], row["hmma"]) == (8, 0)
+    off = out.data["off_target"]
+    assert sorted(r["arch"] for r in off) == ["sm_80", "sm_89", "sm_90"]
+    assert all(r["status"] == SKIPPED for r in off)
+    assert out.data["problems"] == ["no (non-canary) kernels in the SASS"]  # this dump holds the canary only
+    md = stage.report_md(tmp_path, out)
+    assert "Opcode counts on sm_90a" in md and "| canary_serialized_wgmma m64n64w4s1 fp16 d64 | tensor (canary) |" in md
+    assert "HGMMA.64x64x16.F32" in md
+
+
+def test_hopper_only_tensor_variant_needs_hgmma_not_hmma(tmp_path, monkeypatch):
+    """Declare wmma and the probe Hopper-only: on sm_90a the probe (HGMMA) passes, wmma (HMMA only) fails."""
+    probe = dataclasses.replace(registry.get("wmma"), name="hgmma_probe", configs=(registry._cfg(64, 64, 4),),
+                                archs=("90a",))
+    hopper_wmma = dataclasses.replace(registry.get("wmma"), archs=("90a",))
+    monkeypatch.setattr(registry, "VARIANTS", tuple(hopper_wmma if v.name == "wmma" else v
+                                                    for v in registry.VARIANTS) + (probe,))
+    kernels = [{"variant": "hgmma_probe", "config": "m64n64w4s1", "dtype": "fp16", "head_dim": 64, "threads": 128,
+                "dynamic_smem_bytes": 0, "module": "evpack._C"},
+               {"variant": "wmma", "config": "m32n64w2s1", "dtype": "fp16", "head_dim": 64, "threads": 64,
+                "dynamic_smem_bytes": 0, "module": "evpack._C"}]
+    out = derive(recorded_pack(tmp_path, EXTRA.read_text(), kernels=kernels))
+    rows = {r["symbol"]: r for r in out.data["kernels"]}
+    assert rows[PROBE]["status"] == PASS and rows[PROBE]["hgmma"] == 1
+    bad = rows[WMMA_LOCAL]
+    assert bad["status"] == FAIL
+    assert bad["reason"].startswith(f"wmma is built for 90a only: no HGMMA on sm_90a (HMMA x{bad['hmma']}, HGMMA x0)")
+    assert bad["hmma"] > 0
+
+
+def test_a_hopper_variant_missing_its_arch_is_an_error(tmp_path):
+    text = canary_text()
+    cut = text[:text.index("arch = sm_90a")]  # the dump without its sm_90a section
+    out = derive(recorded_pack(tmp_path, cut, kernels=[CANARY_KERNEL]))
+    assert out.status == ERROR
+    assert any("targets 90a but the evpack._C SASS holds only sm_80, sm_89, sm_90" in p for p in out.data["problems"])
+
+
+def test_sm90a_only_in_one_variant_requires_nothing_of_the_others(tmp_path):
+    """The dump of one extension whose Hopper-only kernel exists on sm_90a alone (per-object archs)."""
+    hopper = canary_text()
+    sm90a = hopper[hopper.index("arch = sm_90a"):]
+    kernels = [dict(k) for k in FIXTURE_KERNELS] + [CANARY_KERNEL]
+    out = derive(recorded_pack(tmp_path, multi_text() + "\n" + sm90a, kernels=kernels))
+    assert out.status == PASS, out.reason
+    assert out.data["problems"] == [] and "off_target" not in out.data
+    (c,) = [c for c in out.data["canaries"] if c["name"] == "canary_serialized_wgmma"]
+    assert [(r["arch"], r["hgmma"]) for r in c["kernels"]] == [("sm_90a", 8)]

@@ -5,8 +5,9 @@ __version__ = "0.1.0"
 PACK_SCHEMA_VERSION = 1
 
 
-def flash_attention(q, k, v, *, causal=False, scale=None, variant="wmma", config=None):
-    """Flash-attention forward of a registered variant; see evpack.api.flash_attention."""
+def flash_attention(q, k, v, *, causal=False, scale=None, variant=None, config=None):
+    """Flash-attention forward of a registered variant (default: the fastest verified one for this device
+    and shape class); see evpack.api.flash_attention."""
     from .api import flash_attention as _fa  # torch is imported only when the op is used
 
     return _fa(q, k, v, causal=causal, scale=scale, variant=variant, config=config)

@@ -8,12 +8,13 @@ synchronizes, so it can be captured in a CUDA graph and traced by torch.compile.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 
 import torch
 
-from . import registry
+from . import dispatch, registry
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -97,15 +98,50 @@ def _fwd_fake(q, k, v, causal, scale, variant, config):
     return torch.empty(q.shape, dtype=q.dtype, device=q.device)
 
 
-def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None, variant: str = "wmma",
+@functools.lru_cache(maxsize=1)
+def _table() -> dict | None:
+    return dispatch.load_table()
+
+
+@functools.lru_cache(maxsize=16)
+def _device(index: int) -> tuple[str, str, int]:
+    props = torch.cuda.get_device_properties(index)
+    return props.name, f"{props.major}.{props.minor}", props.multi_processor_count
+
+
+# Under torch.compile the choice is made once, at trace time, and becomes a constant of the graph (it
+# reads a file and asks the driver: nothing to trace).
+@torch._dynamo.assume_constant_result
+def _choice(device_index: int, dtype: str, head_dim: int, causal: bool, batch: int, heads: int) -> tuple[str, str]:
+    name, capability, sm_count = _device(device_index)
+    variant, config, _ = dispatch.pick(_table(), device_name=name, capability=capability, sm_count=sm_count,
+                                       dtype=dtype, head_dim=head_dim, causal=causal, batch=batch, heads=heads)
+    return variant, config
+
+
+def default_kernel(q, *, causal: bool) -> tuple[str, str]:
+    """(variant, config) that `flash_attention` runs when no variant is given: the dispatch table's choice
+    for q's device and shape class (python/evpack/dispatch_table.json), else the registry's first tensor variant."""
+    if not (isinstance(q, torch.Tensor) and q.dim() == 4 and q.device.type == "cuda" and q.dtype in DTYPE_NAMES):
+        return dispatch.fallback()  # check_inputs then says what is wrong with q
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    return _choice(index, DTYPE_NAMES[q.dtype], int(q.shape[-1]), bool(causal), int(q.shape[0]), int(q.shape[1]))
+
+
+def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None, variant: str | None = None,
                     config: str | None = None) -> torch.Tensor:
     """softmax(scale * q @ k^T [causal mask]) @ v for (B, H, S, D) CUDA tensors in fp16/bf16, D in {64, 128}.
 
     causal masks key j > query i (top-left aligned, as SDPA's is_causal for equal lengths).
-    scale defaults to 1/sqrt(D). variant/config pick a registered kernel (`python -m evpack kernels`).
+    scale defaults to 1/sqrt(D). variant/config pick a registered kernel (`python -m evpack kernels`);
+    variant=None runs the fastest verified kernel for this device and shape class (`default_kernel`).
     """
     if not isinstance(causal, bool):
         raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
+    if variant is None:
+        if config is not None:
+            raise ValueError(f"config: {config!r} needs a variant (variant=None picks both)")
+        variant, config = default_kernel(q, causal=causal)
     _, cfg, scale = check_inputs(q, k, v, scale=scale, variant=variant, config=config)
     return _fwd(q, k, v, causal, scale, variant, cfg)
 

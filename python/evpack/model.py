@@ -173,7 +173,7 @@ _CANARIES_V1 = ("canary_oob_write", "canary_smem_race", "canary_uninit_read", "c
 REQUIRED_CANARIES: dict[int, tuple[str, ...]] = {
     1: _CANARIES_V1,
     2: _CANARIES_V1 + ("canary_memo", "canary_wrong_stream", "canary_partial_write", "canary_input_mutation",
-                       "canary_side_stream", "canary_foreign_work"),
+                       "canary_side_stream", "canary_foreign_work", "canary_serialized_wgmma"),
 }
 
 # Files at a pack's root, by schema version (index.json is checked separately).

@@ -53,6 +53,12 @@ class Variant:
     expect_caught_by: str = ""
     dtypes: tuple[str, ...] = DTYPES
     head_dims: tuple[int, ...] = HEAD_DIMS
+    # SM targets this variant is built for ("90a" = sm_90a); () = the build's default archs.
+    archs: tuple[str, ...] = ()
+
+    def targets(self, arch: str) -> bool:
+        """Whether `arch` (as ptxas/cuobjdump name it: "sm_90a") is one this variant is built for."""
+        return not self.archs or arch.removeprefix("sm_") in self.archs
 
     def config(self, name: str | None) -> TileConfig:
         if name is None:
@@ -131,6 +137,9 @@ CANARIES: tuple[Variant, ...] = (
     _canary("canary_foreign_work", "oracles/canaries/foreign_work.cuh", "tensor",
             "foreign work: both matrix products by cuBLAS, only the softmax by a kernel of this binary",
             "tensor_proof"),
+    Variant("canary_serialized_wgmma", "tensor", "oracles/canaries/serialized_wgmma.cuh", (_cfg(64, 64, 4),),
+            "writes the key mask into wgmma accumulators still in flight: ptxas serialises its wgmma",
+            expect_caught_by="ptxas", dtypes=("fp16",), head_dims=(64,), archs=("90a",)),
 )
 
 

@@ -13,16 +13,27 @@ import io
 from dataclasses import dataclass
 
 # Raw metric names (one mapping). ops_path counters count FLOPs (measured: a 64^3 x4 wmma GEMM gave 2,097,152).
+# The executed tensor FLOPs are the sum of the per-opcode counters: HMMA (mma.sync, wmma) and HGMMA
+# (Hopper wgmma.mma_async), each for fp16 and bf16 sources. Each is the parent of its dst/sparsity splits
+# (measured: hmma_src_fp16 == hmma_src_fp16_dst_fp32 for an fp32-accumulating GEMM), so the splits are
+# not added. All four names are in the H200's `ncu --query-metrics` (tests/fixtures/ncu).
 TENSOR_OPS_METRICS = (
     "sm__ops_path_tensor_op_hmma_src_fp16.sum",
     "sm__ops_path_tensor_op_hmma_src_bf16_dst_fp32.sum",
     "sm__ops_path_tensor_op_hgmma_src_fp16.sum",
     "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum",
 )
+HGMMA_OPS_METRICS = TENSOR_OPS_METRICS[2:]  # the wgmma path alone
+# Opcode-independent totals of the same tensor path, recorded beside the sum as a cross-check: on a
+# real run, per-opcode sum == generic total shows the HGMMA counters are the ones wgmma increments.
+GENERIC_TENSOR_OPS_METRICS = (
+    "sm__ops_path_tensor_src_fp16.sum",
+    "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
+)
 HMMA_INST = "sm__inst_executed_pipe_tensor_op_hmma.sum"
 HFMA2_INST = "sm__inst_executed_pipe_tensor_op_hmma_type_hfma2.sum"
 GMMA_INST = "sm__inst_executed_pipe_tensor_op_gmma.sum"
-METRICS = TENSOR_OPS_METRICS + (HMMA_INST, HFMA2_INST, GMMA_INST)
+METRICS = TENSOR_OPS_METRICS + (HMMA_INST, HFMA2_INST, GMMA_INST) + GENERIC_TENSOR_OPS_METRICS
 COVERAGE_MIN = 0.95
 # The kernel torch.cuda._sleep launches (ATen's at::cuda::spin_kernel): tensor_target's marker
 # before each call in the profiled range.
@@ -38,6 +49,16 @@ class KernelMetrics:
     @property
     def tensor_flops(self) -> float:
         return float(sum(self.values.get(m) or 0.0 for m in TENSOR_OPS_METRICS))
+
+    @property
+    def hgmma_flops(self) -> float:
+        return float(sum(self.values.get(m) or 0.0 for m in HGMMA_OPS_METRICS))
+
+    @property
+    def generic_tensor_flops(self) -> float | None:
+        """The opcode-independent total (None when the profile did not record it: packs before it was added)."""
+        vals = [self.values.get(m) for m in GENERIC_TENSOR_OPS_METRICS]
+        return None if any(v is None for v in vals) else float(sum(vals))
 
     @property
     def tensor_math_inst(self) -> float:

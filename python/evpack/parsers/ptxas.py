@@ -8,6 +8,11 @@ Both register-report formats are read:
     CUDA 12:  ptxas info    : Used 32 registers, 4096 bytes smem, 400 bytes cmem[0]
     CUDA 13:  ptxas info    : Used 32 registers, used 1 barriers, 4096 bytes smem, 400 bytes cmem[0]
 Lines starting with '#' are comments (the build stage writes the exact command there).
+
+Performance advisories (CUDA 13.0 prints them as `ptxas info : (C7518) Potential Performance Loss: ...`,
+at the top of an arch block, before its "N bytes gmem" line) are kept as `PtxasAdvisory`, tagged with
+the arch of the block they were printed in and the function they name (some name none: C7508).
+Those that void a Hopper design -- wgmma serialised, `setmaxnreg` ignored -- are `voids_design`.
 """
 from __future__ import annotations
 
@@ -24,6 +29,23 @@ _RE_GMEM = re.compile(r"^ptxas info\s*: (?P<gmem>\d+) bytes gmem(?P<rest>.*)$")
 _RE_MAXREG = re.compile(
     r"^ptxas info\s*: Overriding maximum register limit \d+ for '(?P<name>[^']+)' with\s+(?P<limit>\d+)")
 _RE_DIAG = re.compile(r"^(ptxas|nvcc)\s*(?P<level>warning|error|fatal)\s*:\s*(?P<msg>.*)$")
+_RE_ADVISORY = re.compile(r"^ptxas\s*(?:info|warning)\s*: \((?P<code>C\d+)\) (?P<msg>.*)$")
+_RE_ADVISORY_FUNCTION = re.compile(r"in (?:the )?function '(?P<name>[^'$]+)(?:\$\d+)?'")
+_RE_EXTENSION = re.compile(r"-DTORCH_EXTENSION_NAME=(?P<name>\w+)")
+# Advisories that void the design of a wgmma kernel. Matched by message (any "wgmma... serialized",
+# any "'setmaxnreg' ignored") and by code, so a reworded message with a known code still counts.
+# Seen with CUDA 13.0 (tests/fixtures/ptxas): C7509 extern calls, C7511 insufficient registers,
+# C7518 / C7520 compiler-inserted WG.DP / WG.AR in a divergent path; C7508 setmaxnreg without a known
+# register count at entry, C7504 setmaxnreg with -rdc. C7510 and C7515 are the other serialisation codes
+# named for the family. C7517 / C7519 (warpgroup.wait / arrive injected) are notes: recorded, not failed.
+WGMMA_SERIALIZED = "wgmma_serialized"
+SETMAXNREG_IGNORED = "setmaxnreg_ignored"
+NOTE = "note"
+_ADVISORY_MESSAGES = ((re.compile(r"wgmma\S* instructions are serialized"), WGMMA_SERIALIZED),
+                      (re.compile(r"'setmaxnreg' ignored"), SETMAXNREG_IGNORED))
+_ADVISORY_CODES = {"C7509": WGMMA_SERIALIZED, "C7510": WGMMA_SERIALIZED, "C7511": WGMMA_SERIALIZED,
+                   "C7515": WGMMA_SERIALIZED, "C7518": WGMMA_SERIALIZED, "C7520": WGMMA_SERIALIZED,
+                   "C7504": SETMAXNREG_IGNORED, "C7508": SETMAXNREG_IGNORED}
 # Items after "Used N registers," (comma separated).
 _USED_ITEMS = {
     "barriers": re.compile(r"^used (\d+) barriers$"),
@@ -71,12 +93,34 @@ class KernelResources:
 
 
 @dataclass(frozen=True)
+class PtxasAdvisory:
+    code: str  # "C7518"
+    kind: str  # WGMMA_SERIALIZED, SETMAXNREG_IGNORED or NOTE
+    line: str  # the line as ptxas printed it
+    arch: str | None  # the arch block it was printed in (None: no entry followed it)
+    function: str | None  # mangled name it names (a `$N` clone suffix dropped); None when it names none
+
+    @property
+    def voids_design(self) -> bool:
+        return self.kind != NOTE
+
+
+def classify_advisory(code: str, message: str) -> str:
+    for rx, kind in _ADVISORY_MESSAGES:
+        if rx.search(message):
+            return kind
+    return _ADVISORY_CODES.get(code, NOTE)
+
+
+@dataclass(frozen=True)
 class PtxasLog:
     command: str | None  # the first '# ...' line, without '# ' (the build stage writes one)
     commands: tuple[str, ...]  # every '# ...' line (a fixture may hold several tool runs)
     kernels: tuple[KernelResources, ...]
     diagnostics: tuple[str, ...]  # ptxas/nvcc warning, error and fatal lines, verbatim
     built_archs: tuple[str, ...]  # archs the command builds SASS for (empty if no command)
+    advisories: tuple[PtxasAdvisory, ...] = ()  # `ptxas info : (Cnnnn) ...` lines, in order
+    extension: str | None = None  # TORCH_EXTENSION_NAME of the first command ("_C", "_canaries")
 
 
 def archs_in_command(command: str) -> tuple[str, ...]:
@@ -123,6 +167,8 @@ def parse_ptxas_log(text: str) -> PtxasLog:
     entries: dict[tuple[str, str], dict] = {}
     props: dict[tuple[str, str], tuple[int, int, int]] = {}
     pending_maxreg: dict[str, int] = {}
+    advisories: list[PtxasAdvisory] = []
+    pending_adv: list[tuple[str, str, str | None]] = []  # (code, line, function) before their block's entries
     gmem: int | None = None
     arch: str | None = None  # arch of the entry being reported
     current: tuple[str, str] | None = None
@@ -133,6 +179,10 @@ def parse_ptxas_log(text: str) -> PtxasLog:
             continue
         if line.startswith("#"):
             commands.append(line[1:].strip())
+            continue
+        if m := _RE_ADVISORY.match(line.strip()):
+            f = _RE_ADVISORY_FUNCTION.search(m["msg"])
+            pending_adv.append((m["code"], line.strip(), f["name"] if f else None))
             continue
         if m := _RE_DIAG.match(line.strip()):
             diagnostics.append(line.strip())
@@ -146,6 +196,8 @@ def parse_ptxas_log(text: str) -> PtxasLog:
             continue
         if m := _RE_ENTRY.match(line):
             arch = m["arch"]
+            advisories += [_advisory(c, ln, arch, f) for c, ln, f in pending_adv]
+            pending_adv = []
             current = (m["name"], arch)
             if current in entries:
                 raise PtxasParseError(f"ptxas: entry {m['name']} reported twice for {arch}")
@@ -189,8 +241,24 @@ def parse_ptxas_log(text: str) -> PtxasLog:
             barriers=used.get("barriers"), cmem_bytes=dict(used["cmem"]),
             gmem_bytes=rec["gmem_bytes"], max_registers=rec["max_registers"],
             report_format="cuda13" if "barriers" in used else "cuda12"))
+    advisories += [_advisory(c, ln, None, f) for c, ln, f in pending_adv]
     built: list[str] = []
     for cmd in commands:
         built += [a for a in archs_in_command(cmd) if a not in built]
+    ext = _RE_EXTENSION.search(commands[0]) if commands else None
     return PtxasLog(commands[0] if commands else None, tuple(commands), tuple(kernels), tuple(diagnostics),
-                    tuple(built))
+                    tuple(built), tuple(advisories), ext["name"] if ext else None)
+
+
+def _advisory(code: str, line: str, arch: str | None, function: str | None) -> PtxasAdvisory:
+    msg = line.split(f"({code})", 1)[-1]
+    return PtxasAdvisory(code, classify_advisory(code, msg), line, arch, function)
+
+
+def advisories_for(log: PtxasLog, symbol: str, arch: str) -> list[PtxasAdvisory]:
+    """The design-voiding advisories that may concern one entry on one arch: those naming it, and those
+    of its arch block that name no entry of the block (no function, or a device function: ptxas does
+    not say which kernel calls it, so every kernel of the block is suspect)."""
+    entries = {k.symbol for k in log.kernels if k.arch == arch}
+    return [a for a in log.advisories if a.voids_design and a.arch == arch
+            and (a.function == symbol or a.function not in entries)]

@@ -20,6 +20,9 @@ TENSOR_MATH_OPCODES = frozenset({
     "UTCHMMA", "UTCQMMA", "UTCIMMA", "UTCOMMA",  # Blackwell tcgen05.mma
 })
 PROOF_OPCODES = ("HMMA", "HGMMA")  # a `tensor` fp16/bf16 variant must contain one of these
+# On these archs a tensor variant built only for arch-specific targets (registry `archs`, e.g. "90a")
+# must show the warpgroup instruction: an sm_90a-only kernel with HMMA alone is mma.sync, not wgmma.
+ARCH_SPECIFIC_PROOF = {"sm_90a": ("HGMMA",)}
 LOCAL_MEMORY_OPCODES = ("LDL", "STL")  # local memory traffic (spills, stack arrays)
 # Columns of the per-kernel table: base opcodes counted, plus exact full forms.
 TABLE_OPCODES = ("HMMA", "HGMMA", "FFMA", "HFMA2", "MUFU", "LDSM", "LDGSTS", "LDS", "STS", "LDG", "STG",

@@ -19,7 +19,7 @@ DEPENDS_ON = {
     "sanitize": ("build",),
     "correctness": ("build",),
     "stability": ("build",),
-    "canaries": ("sass", "tensor_proof", "sanitize", "correctness", "stability"),
+    "canaries": ("ptxas", "sass", "tensor_proof", "sanitize", "correctness", "stability"),
     "bench": ("build",),
 }
 

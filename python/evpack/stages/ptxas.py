@@ -7,11 +7,18 @@ compiles nothing. Gates per kernel x arch:
   - static + dynamic shared memory within the arch's per-block opt-in limit;
   - an occupancy estimate of at least one block per SM (recorded and shown for every kernel);
   - the symbol names a registry kernel (else: unknown kernel, fail);
-  - every built kernel has a row for every arch the build compiled (else: error).
+  - no ptxas advisory that voids the design (wgmma serialised, `setmaxnreg` ignored) for the kernel
+    on that arch, the line quoted in the reason (ptxas.advisories_for: by name, or the whole arch
+    block of the object when ptxas names no entry);
+  - every built kernel has a row for every arch its extension was compiled for (else: error).
+Rows of a variant on an arch outside its registry `archs` (a stub compiled only because the extension
+targets that arch) decide nothing: they go under data["off_target"].
 Canary kernels are in the table, but their results go under data["canaries"], not the status.
 """
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 
 from .. import registry
@@ -79,6 +86,41 @@ def split_canaries(rows: list[dict], tool: str) -> tuple[list[dict], list[dict]]
     return main, out
 
 
+def _variant(name: str) -> registry.Variant | None:
+    try:
+        return registry.get(name, include_canaries=True)
+    except ValueError:
+        return None
+
+
+_ARCH_SPECIFIC = re.compile(r"^sm_\d+[af]$")  # sm_90a, sm_100a, sm_100f: targets only some variants need
+
+
+def required_archs(variant: str, archs) -> list[str]:
+    """Of the archs an extension was compiled for, those a kernel of `variant` must have a row on: its registry
+    `archs` when it declares some; else every arch but the arch-specific ones (sm_90a), which are added for
+    the variants that declare them (a build whose only archs are arch-specific requires those)."""
+    var = _variant(variant)
+    if var is not None and var.archs:
+        return [a for a in archs if var.targets(a)]
+    plain = [a for a in archs if not _ARCH_SPECIFIC.match(a)]
+    return plain or list(archs)
+
+
+def split_off_target(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(rows on archs their variant is built for, the others). A variant with registry `archs` (e.g. 90a)
+    may still be compiled for the extension's other archs as a stub; those rows prove nothing either way."""
+    keep, off = [], []
+    for r in rows:
+        var = _variant(r["variant"]) if r["variant"] else None
+        if var is not None and not var.targets(r["arch"]):
+            off.append({**r, "status": SKIPPED,
+                        "reason": f"not a target arch of {var.name} (archs {', '.join(var.archs)}): decides nothing"})
+        else:
+            keep.append(r)
+    return keep, off
+
+
 def summary_counts(rows: list[dict]) -> dict:
     out = {"rows": len(rows)}
     for s in (PASS, FAIL, ERROR, SKIPPED):
@@ -88,7 +130,15 @@ def summary_counts(rows: list[dict]) -> dict:
 
 # ---- evaluation ------------------------------------------------------------------------
 
-def _row(obj: str, k: ptxas.KernelResources, built: dict | None) -> dict:
+def _advisory_reason(a: ptxas.PtxasAdvisory, symbol: str) -> str:
+    what = {ptxas.WGMMA_SERIALIZED: "wgmma serialised", ptxas.SETMAXNREG_IGNORED: "setmaxnreg ignored"}[a.kind]
+    whose = ("" if a.function == symbol else " (ptxas names no function: every kernel of this object on "
+             f"{a.arch})" if a.function is None else f" (in {a.function}, called from a kernel of this object)")
+    return f"ptxas {a.code} {what}{whose}: `{a.line}`"
+
+
+def _row(obj: str, k: ptxas.KernelResources, built: dict | None,
+         advisories: list[ptxas.PtxasAdvisory] = ()) -> dict:
     row = {key: None for key in ROW_KEYS}
     row.update(k.to_row())
     row["object"] = obj
@@ -110,6 +160,9 @@ def _row(obj: str, k: ptxas.KernelResources, built: dict | None) -> dict:
     if k.stack_bytes > budget.stack_bytes:
         status = FAIL
         reasons.append(f"stack frame {k.stack_bytes} B > budget {budget.stack_bytes} B")
+    if advisories:
+        status = FAIL
+        reasons += [_advisory_reason(a, k.symbol) for a in advisories]
     entry = (built or {}).get(kid.key)
     lim = occupancy.limits_for(k.arch)
     if entry is None:
@@ -158,6 +211,7 @@ def evaluate(pack_dir: Path) -> tuple[StageOutcome, list[dict]]:
     rows: list[dict] = []
     log_info = []
     archs: list[str] = []
+    module_archs: dict[str, list[str]] = {}  # "evpack._C" -> archs its objects were compiled for
     for path in logs:
         info = {"object": path.stem, "path": str(path.relative_to(pack_dir)), "command": None,
                 "built_archs": [], "kernels": 0, "error": None, "diagnostics": []}
@@ -172,27 +226,41 @@ def evaluate(pack_dir: Path) -> tuple[StageOutcome, list[dict]]:
                     diagnostics=list(log.diagnostics[:20]))
         if log.command is None:
             problems.append(f"{path.name}: no '# nvcc ...' command line (cannot tell which archs were built)")
+        if log.advisories:
+            info["advisories"] = [dataclasses.asdict(a) | {"voids_design": a.voids_design} for a in log.advisories]
+        mod = module_archs.setdefault(f"evpack.{log.extension}" if log.extension else "", [])
         for a in list(log.built_archs) + [k.arch for k in log.kernels]:
             if a not in archs:
                 archs.append(a)
-        rows += [_row(path.stem, k, built) for k in log.kernels]
+            if a not in mod:
+                mod.append(a)
+        rows += [_row(path.stem, k, built, ptxas.advisories_for(log, k.symbol, k.arch)) for k in log.kernels]
         log_info.append(info)
+    rows, off_target = split_off_target(rows)
     # every built registry kernel has a row on every built arch
     failures: list[str] = []
     if built is not None:
         failures += [f"build/kernels.json names a kernel outside the registry: {u}" for u in unknown_built(built)]
         have = {((r["variant"], r["config"], r["dtype"], r["head_dim"]), r["arch"]) for r in rows if r["variant"]}
-        for key in built:
-            for a in archs:
+        for key, k in built.items():
+            var = _variant(key[0])
+            # the archs of its extension's logs (logs that name no extension: the archs of those)
+            expected = module_archs.get(k.get("module")) or module_archs.get("") or archs
+            for a in required_archs(key[0], expected):
                 if (key, a) not in have:
                     problems.append(f"no ptxas report for {key[0]}/{key[1]}/{key[2]}/d{key[3]} on {a}")
+            if var is not None and var.archs and expected and not required_archs(key[0], expected):
+                problems.append(f"{key[0]}/{key[1]}/{key[2]}/d{key[3]} targets {', '.join(var.archs)} but its "
+                                f"extension was compiled only for {', '.join(expected)}")
     main, canaries = split_canaries(rows, NAME)
     if not main and not problems:
         problems.append("the ptxas logs report no (non-canary) kernels")
     status = worst([r["status"] for r in main] + [ERROR] * len(problems) + [FAIL] * len(failures) or [PASS])
     data = {"schema_version": SCHEMA_VERSION, "logs": log_info, "archs": archs, "summary": summary_counts(main),
             "problems": problems + failures, "kernels": main, "canaries": canaries}
-    return StageOutcome(status, outcome_reason(status, main, problems + failures, archs), data), rows
+    if off_target:
+        data["off_target"] = off_target
+    return StageOutcome(status, outcome_reason(status, main, problems + failures, archs), data), rows + off_target
 
 
 def _short(r: dict) -> str:
@@ -271,6 +339,15 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
         lines.append("")
     if d.get("kernels"):
         lines += _table(d["kernels"]) + [""]
+    advisories = [(log["object"], a) for log in d.get("logs", []) for a in log.get("advisories", [])]
+    if advisories:
+        lines += ["ptxas performance advisories (those that void the design fail the kernels they concern):", ""]
+        lines += [f"- `{obj}` {a['arch']}: {'**voids the design**' if a['voids_design'] else 'note'}: `{a['line']}`"
+                  for obj, a in advisories] + [""]
+    if d.get("off_target"):
+        lines += [f"{len(d['off_target'])} row(s) of variants on archs outside their registry `archs` (stubs "
+                  "compiled with the rest of the extension) decide nothing: "
+                  + ", ".join(sorted({_short(r) for r in d["off_target"]})), ""]
     if d.get("canaries"):
         lines.append("Canary kernels (their gates are read by the canary matrix, not this stage's status):")
         lines.append("")

@@ -10,7 +10,10 @@ derive(): re-parses the dumps. Gates per kernel symbol x arch:
   - the symbol names a registry kernel, else fail (unknown kernel);
   - `tensor` variant: >= 1 HMMA/HGMMA and no LDL/STL; `scalar` variant: no tensor-core math
     at all (exact opcodes: HFMA2.MMA is a CUDA-core instruction and does not count);
-  - every built kernel is in the dump on every arch the dump holds, else error.
+  - a `tensor` variant built only for arch-specific targets (registry `archs`, e.g. 90a): on those
+    archs the warpgroup opcode of sass.ARCH_SPECIFIC_PROOF (HGMMA on sm_90a), not only HMMA;
+  - every built kernel is in the dump on every arch the dump holds that its variant targets, else error.
+Rows of a variant on an arch outside its registry `archs` (stubs) decide nothing (data["off_target"]).
 Canary results go under data["canaries"] (the decoy canary is expected to pass here).
 """
 from __future__ import annotations
@@ -19,10 +22,18 @@ import gzip
 import subprocess
 from pathlib import Path
 
-from .. import binary, tools
+from .. import binary, registry, tools
 from ..parsers import sass, symbols
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
-from .ptxas import load_built_kernels, split_canaries, summary_counts, unknown_built, write_csv
+from .ptxas import (
+    load_built_kernels,
+    required_archs,
+    split_canaries,
+    split_off_target,
+    summary_counts,
+    unknown_built,
+    write_csv,
+)
 
 NAME = "sass"
 NEEDS_GPU = False
@@ -154,6 +165,11 @@ def kernel_row(module: str, fn: sass.SassFunction, kid: symbols.KernelId | None,
         if proof == 0:
             reasons.append(f"tensor variant without {'/'.join(sass.PROOF_OPCODES)}"
                            f" (tensor-core math: {row['tensor_math']}, HFMA2.MMA: {row['hfma2_mma']})")
+        var = next((v for v in (variants or registry.variants(include_canaries=True)) if v.name == kid.variant), None)
+        need = sass.ARCH_SPECIFIC_PROOF.get(fn.arch, ()) if var is not None and var.archs else ()
+        if proof and need and not any(hist.get(op, 0) for op in need):
+            reasons.append(f"{kid.variant} is built for {', '.join(var.archs)} only: no {'/'.join(need)} on {fn.arch}"
+                           f" (HMMA x{hist.get('HMMA', 0)}, HGMMA x{hist.get('HGMMA', 0)})")
         local = {op: hist.get(op, 0) for op in sass.LOCAL_MEMORY_OPCODES if hist.get(op, 0)}
         if local:
             reasons.append("local-memory traffic: " + ", ".join(f"{op} x{n}" for op, n in local.items()))
@@ -233,6 +249,7 @@ def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict],
                 archs.append(fn.arch)
             rows.append(kernel_row(module, fn, symbols.identify(fn.symbol)))
             hists.append(_histogram(module, fn))
+    rows, off_target = split_off_target(rows)
     # every built kernel is in its module's dump on every arch that dump holds
     built, built_problem = load_built_kernels(pack_dir)
     if built is None:
@@ -242,7 +259,7 @@ def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict],
         have = {(r["module"], (r["variant"], r["config"], r["dtype"], r["head_dim"]), r["arch"])
                 for r in rows if r["variant"]}
         mod_archs: dict[str, set] = {}
-        for r in rows:
+        for r in rows + off_target:
             mod_archs.setdefault(r["module"], set()).add(r["arch"])
         dumped = {i["module"] for i in bins if i["sha256"]}
         for key, k in built.items():
@@ -250,9 +267,14 @@ def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict],
             if module not in dumped:
                 problems.append(f"{key[0]}/{key[1]}/{key[2]}/d{key[3]}: module {module} was not disassembled")
                 continue
-            for a in sorted(mod_archs.get(module, ())):
+            var = next((v for v in registry.variants(include_canaries=True) if v.name == key[0]), None)
+            targets = required_archs(key[0], sorted(mod_archs.get(module, ())))
+            for a in targets:
                 if (module, key, a) not in have:
                     problems.append(f"{key[0]}/{key[1]}/{key[2]}/d{key[3]} is not in the {module} SASS for {a}")
+            if var is not None and var.archs and mod_archs.get(module) and not targets:
+                problems.append(f"{key[0]}/{key[1]}/{key[2]}/d{key[3]} targets {', '.join(var.archs)} but the "
+                                f"{module} SASS holds only {', '.join(sorted(mod_archs[module]))}")
     main, canaries = split_canaries(rows, NAME)
     if not main and not problems:
         problems.append("no (non-canary) kernels in the SASS")
@@ -260,7 +282,9 @@ def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict],
     report_arch = REPORT_ARCH if REPORT_ARCH in archs else (max(archs, key=_arch_num) if archs else None)
     data.update(binaries=bins, tools=rec.get("tools", {}), archs=archs, report_arch=report_arch,
                 summary=summary_counts(main), problems=failures + problems, kernels=main, canaries=canaries)
-    return StageOutcome(status, _reason(status, main, failures, problems, archs), data), rows, hists
+    if off_target:
+        data["off_target"] = off_target
+    return StageOutcome(status, _reason(status, main, failures, problems, archs), data), rows + off_target, hists
 
 
 def _arch_num(arch: str) -> int:
@@ -276,8 +300,10 @@ def _short(r: dict) -> str:
 def _reason(status: str, main: list[dict], failures: list[str], problems: list[str], archs: list[str]) -> str:
     if status == PASS:
         t = sum(1 for r in main if r["kind"] == "tensor")
-        return (f"{len(main)} kernel x arch rows on {', '.join(archs)}: {t} tensor rows with HMMA/HGMMA and no "
-                f"LDL/STL, {len(main) - t} scalar rows with no tensor-core math")
+        hg = sum(1 for r in main if r["kind"] == "tensor" and r["hgmma"])
+        with_hgmma = f" ({hg} with HGMMA)" if hg else ""
+        return (f"{len(main)} kernel x arch rows on {', '.join(archs)}: {t} tensor rows with HMMA/HGMMA{with_hgmma} "
+                f"and no LDL/STL, {len(main) - t} scalar rows with no tensor-core math")
     bad = [f"{_short(r)}: {r['reason']}" for r in main if r["status"] in (FAIL, ERROR)]
     items = problems + failures + bad if status == ERROR else failures + bad + problems
     return f"{len(items)} problem(s); first: {items[0]}" if items else status
@@ -293,6 +319,28 @@ def _label(r: dict) -> str:
     return f"{r['variant']} {r['config']} {r['dtype']} d{r['head_dim']}" if r["variant"] else f"`{r['symbol']}`"
 
 
+def _opcode_table(rows: list[dict], arch: str) -> list[str]:
+    lines = ["| kernel | kind | instr | HMMA | HGMMA | HFMA2.MMA | FFMA | MUFU | LDSM | LDGSTS | LDL/STL | status |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in sorted((r for r in rows if r["arch"] == arch), key=lambda r: (bool(r["canary"]), _label(r))):
+        status = r["status"] if not r["reason"] else f"{r['status']}: {r['reason']}".replace("|", "\\|")
+        kind = (r["kind"] or "?") + (" (canary)" if r["canary"] else "")
+        lines.append(f"| {_label(r)} | {kind} | {r['instructions']} | {r['hmma']} | {r['hgmma']} | "
+                     f"{r['hfma2_mma']} | {r['ffma']} | {r['mufu']} | {r['ldsm']} | {r['ldgsts']} | "
+                     f"{r['ldl']}/{r['stl']} | {status} |")
+    return lines
+
+
+def _first_lines(rows: list[dict], arch: str) -> list[str]:
+    lines = []
+    for r in sorted((r for r in rows if r["arch"] == arch and r["kind"] == "tensor"), key=_label):
+        lines.append(f"First tensor-core instructions of {_label(r)} ({arch}):")
+        lines.append("```")
+        lines += [f"/*{q['address']}*/ {q['text']}" for q in r["first_tensor_lines"]] or ["(none)"]
+        lines.append("```")
+    return lines
+
+
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     d = outcome.data
     lines = [f"### SASS tensor-core proof — {outcome.status}", "", outcome.reason, ""]
@@ -306,29 +354,19 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     rows = d.get("kernels", []) + [r for c in d.get("canaries", []) for r in c["kernels"]]
     if arch:
         lines += [f"Opcode counts on {arch} (exact mnemonics; HFMA2.MMA is CUDA-core code, not tensor math). "
-                  "Other archs: `sass/table.csv`.", "",
-                  "| kernel | kind | instr | HMMA | HGMMA | HFMA2.MMA | FFMA | MUFU | LDSM | LDGSTS | LDL/STL | status |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
-        for r in sorted((r for r in rows if r["arch"] == arch), key=lambda r: (bool(r["canary"]), _label(r))):
-            status = r["status"] if not r["reason"] else f"{r['status']}: {r['reason']}".replace("|", "\\|")
-            kind = (r["kind"] or "?") + (" (canary)" if r["canary"] else "")
-            lines.append(f"| {_label(r)} | {kind} | {r['instructions']} | {r['hmma']} | {r['hgmma']} | "
-                         f"{r['hfma2_mma']} | {r['ffma']} | {r['mufu']} | {r['ldsm']} | {r['ldgsts']} | "
-                         f"{r['ldl']}/{r['stl']} | {status} |")
-        lines.append("")
-        tensor_rows = sorted((r for r in rows if r["arch"] == arch and r["kind"] == "tensor"), key=_label)
-        if tensor_rows:
-            lines += [f"<details><summary>First tensor-core instructions of {len(tensor_rows)} kernels "
-                      f"({arch})</summary>", ""]
-        for r in tensor_rows:
-            lines.append(f"First tensor-core instructions of {_label(r)} ({arch}):")
-            lines.append("```")
-            lines += [f"/*{q['address']}*/ {q['text']}" for q in r["first_tensor_lines"]] or ["(none)"]
-            lines.append("```")
-        if tensor_rows:
-            lines += ["", "</details>", ""]
-        others = sorted({r["arch"] for r in rows} - {arch})
+                  "Other archs: `sass/table.csv`.", ""]
+        lines += _opcode_table(rows, arch) + [""] + _first_lines(rows, arch)
+        # arch-specific targets (sm_90a) hold the Hopper-only variants: their counts are shown too
+        extra = sorted(a for a in {r["arch"] for r in rows} if a != arch and a in sass.ARCH_SPECIFIC_PROOF)
+        for a in extra:
+            lines += ["", f"Opcode counts on {a} (variants built for arch-specific targets need "
+                          f"{'/'.join(sass.ARCH_SPECIFIC_PROOF[a])} here):", ""]
+            lines += _opcode_table(rows, a) + [""] + _first_lines(rows, a)
+        others = sorted({r["arch"] for r in rows} - {arch} - set(extra))
         for a in others:
             rs = [r for r in rows if r["arch"] == a and not r["canary"]]
             lines.append(f"- {a}: {sum(r['status'] == PASS for r in rs)}/{len(rs)} kernel rows pass")
+    if d.get("off_target"):
+        lines.append(f"- {len(d['off_target'])} row(s) of variants on archs outside their registry `archs` (stubs) "
+                     "decide nothing: " + ", ".join(sorted({_short(r) for r in d["off_target"]})))
     return "\n".join(lines)

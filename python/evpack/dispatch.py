@@ -1,0 +1,170 @@
+"""The default kernel: per device and shape class, the fastest verified variant and config.
+
+`evpack.flash_attention(..., variant=None)` asks `pick` for a (variant, config). The answers come
+from python/evpack/dispatch_table.json, which `generate_table(pack_dir)` derives from one committed
+reference pack's benchmark (bench/summary.json, bench/run.json, pack.json) and never from a hand-typed
+choice; the table names its source pack. Standard library only: no torch, no GPU.
+
+Shape class: (dtype, head dim, causal, size), size "small" when batch * heads is below the device's SM
+count (fewer (batch, head) pairs than SMs: small tiles fill the machine better) and "large" otherwise.
+For each class present in the pack, the candidates are the pack's own kernel rows (impl `evpack`, the
+benchmark's primary mode) that ran `ok` with an output error within the row's bound, on every shape of
+the class; the winner has the smallest geometric mean of the median times over those shapes. Only a
+pack labelled `evidence:complete` (every gate ran on a GPU and passed) is a source.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import registry
+
+TABLE_SCHEMA_VERSION = 1
+TABLE_PATH = Path(__file__).with_name("dispatch_table.json")
+SOURCE_LABEL = "evidence:complete"
+SIZES = ("small", "large")
+
+
+class DispatchTableError(ValueError):
+    """The pack cannot be a source of the table (not complete, no benchmark, unreadable)."""
+
+
+@dataclass(frozen=True)
+class ShapeClass:
+    dtype: str  # registry dtype name: "fp16" / "bf16"
+    head_dim: int
+    causal: bool
+    size: str  # "small" / "large"
+
+    def key(self) -> str:
+        return f"{self.dtype}/d{self.head_dim}/{'causal' if self.causal else 'full'}/{self.size}"
+
+
+def size_class(batch: int, heads: int, sm_count: int) -> str:
+    return "small" if batch * heads < sm_count else "large"
+
+
+def shape_class(*, dtype: str, head_dim: int, causal: bool, batch: int, heads: int, sm_count: int) -> ShapeClass:
+    return ShapeClass(dtype, int(head_dim), bool(causal), size_class(batch, heads, sm_count))
+
+
+# ---- generation ----------------------------------------------------------------------------------
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise DispatchTableError(f"{path}: missing (not a pack with a benchmark?)") from exc
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DispatchTableError(f"{path}: unreadable: {exc}") from exc
+
+
+def generate_table(pack_dir: Path) -> dict:
+    """The dispatch table from one pack's benchmark. Raises DispatchTableError when the pack cannot serve."""
+    pack_dir = Path(pack_dir)
+    pj = _read(pack_dir / "pack.json")
+    if pj.get("label") != SOURCE_LABEL:
+        raise DispatchTableError(f"{pack_dir.name}: label {pj.get('label')!r}; only an {SOURCE_LABEL} pack "
+                                 "(every gate passed on a GPU) can choose the default kernels")
+    summary = _read(pack_dir / "bench" / "summary.json")
+    device = _read(pack_dir / "bench" / "run.json").get("device") or {}
+    if not device.get("sm_count") or not device.get("capability"):
+        raise DispatchTableError(f"{pack_dir.name}: bench/run.json records no device SM count / capability")
+    mode = summary.get("primary_mode")
+    rows = [r for r in summary.get("rows", []) if r.get("impl") == "evpack" and r.get("mode") == mode]
+    by_class: dict[ShapeClass, dict[str, dict[tuple[str, str], float]]] = {}
+    for r in rows:
+        sc = shape_class(dtype=r["dtype"], head_dim=r["D"], causal=r["causal"], batch=r["B"], heads=r["H"],
+                         sm_count=device["sm_count"])
+        cell = by_class.setdefault(sc, {}).setdefault(r["shape"], {})
+        if r.get("status") == "ok" and r.get("median_us") and r.get("max_abs_err") is not None \
+                and r.get("err_bound") is not None and r["max_abs_err"] <= r["err_bound"]:
+            cell[(r["variant"], r["config"])] = float(r["median_us"])
+    choices = []
+    for sc in sorted(by_class, key=lambda c: c.key()):
+        shapes = by_class[sc]
+        common = set.intersection(*(set(c) for c in shapes.values()))
+        if not common:
+            continue
+        scored = sorted((math.exp(sum(math.log(shapes[s][vc]) for s in shapes) / len(shapes)), vc) for vc in common)
+        (best_us, (variant, config)), runner = scored[0], scored[1] if len(scored) > 1 else None
+        choices.append({"dtype": sc.dtype, "head_dim": sc.head_dim, "causal": sc.causal, "size": sc.size,
+                        "variant": variant, "config": config, "geomean_us": round(best_us, 3),
+                        "runner_up": (None if runner is None else
+                                      {"variant": runner[1][0], "config": runner[1][1],
+                                       "geomean_us": round(runner[0], 3)}),
+                        "candidates": len(scored), "shapes": sorted(shapes)})
+    return {
+        "schema_version": TABLE_SCHEMA_VERSION,
+        "generated_by": "evpack.dispatch.generate_table",
+        "source_pack": pj.get("pack_id", pack_dir.name),
+        "source_commit": (pj.get("git") or {}).get("commit"),
+        "source_label": pj.get("label"),
+        "mode": mode,
+        "rule": "per shape class, the evpack (variant, config) with the smallest geometric mean of median "
+                "times over the class's shapes, among those that ran ok within their error bound on all of them; "
+                "size 'small' when batch*heads < the device's SM count",
+        "devices": [{"name": device.get("name"), "capability": str(device["capability"]),
+                     "sm_count": int(device["sm_count"]), "choices": choices}],
+    }
+
+
+def table_text(table: dict) -> str:
+    """The file form of a table (what dispatch_table.json holds)."""
+    return json.dumps(table, indent=2, ensure_ascii=True) + "\n"
+
+
+def write_table(table: dict, path: Path | None = None) -> Path:
+    """Write a table atomically (temp file + rename) to `path` (default: the package's dispatch_table.json)."""
+    path = Path(path or TABLE_PATH)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(table_text(table), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+# ---- lookup ----------------------------------------------------------------------------------------
+
+def load_table(path: Path | None = None) -> dict | None:
+    """The committed table (None when there is none or it is unreadable: the registry default applies)."""
+    try:
+        table = json.loads((path or TABLE_PATH).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return table if isinstance(table, dict) and table.get("schema_version") == TABLE_SCHEMA_VERSION else None
+
+
+def fallback() -> tuple[str, str]:
+    """The registry's first tensor variant and its first config."""
+    var = next(v for v in registry.VARIANTS if v.kind == "tensor")
+    return var.name, var.configs[0].name
+
+
+def _device_entry(table: dict, name: str | None, capability: str):
+    devices = [d for d in table.get("devices", []) if d.get("capability") == capability]
+    return next((d for d in devices if d.get("name") == name), devices[0] if devices else None)
+
+
+def pick(table: dict | None, *, device_name: str | None, capability: str, sm_count: int, dtype: str,
+         head_dim: int, causal: bool, batch: int, heads: int) -> tuple[str, str, str]:
+    """(variant, config, why). The table's choice for this device (same capability, the same name first) and
+    shape class, if it names a registered variant and config that support the dtype and head dim; else the
+    registry's first tensor variant."""
+    entry = _device_entry(table, device_name, capability) if table else None
+    if entry is not None:
+        sc = shape_class(dtype=dtype, head_dim=head_dim, causal=causal, batch=batch, heads=heads, sm_count=sm_count)
+        for c in entry.get("choices", []):
+            if (c["dtype"], c["head_dim"], c["causal"], c["size"]) != (sc.dtype, sc.head_dim, sc.causal, sc.size):
+                continue
+            try:
+                var = registry.get(c["variant"])
+                var.config(c["config"])
+            except ValueError:
+                break
+            if dtype in var.dtypes and head_dim in var.head_dims:
+                return var.name, c["config"], f"table {table.get('source_pack')}: {sc.key()} on {entry.get('name')}"
+            break
+    variant, config = fallback()
+    return variant, config, "registry default (no table row for this device and shape class)"

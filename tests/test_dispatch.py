@@ -1,0 +1,146 @@
+"""The default kernel: the dispatch table is generated from a committed reference pack, and picked from."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from evpack import api, dispatch, registry
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "artifacts" / "reference"
+H200 = {"device_name": "NVIDIA H200", "capability": "9.0", "sm_count": 132}
+
+
+def _committed() -> dict:
+    return json.loads(dispatch.TABLE_PATH.read_text(encoding="utf-8"))
+
+
+def test_committed_table_is_what_its_source_pack_generates():
+    table = _committed()
+    src = REFERENCE / table["source_pack"]
+    assert src.is_dir(), f"the table's source pack {table['source_pack']} is not under artifacts/reference"
+    regenerated = dispatch.generate_table(src)
+    assert regenerated == table
+    assert dispatch.table_text(regenerated) == dispatch.TABLE_PATH.read_text(encoding="utf-8")
+
+
+def test_table_names_its_source_and_every_choice_is_a_registered_kernel():
+    table = _committed()
+    pj = json.loads((REFERENCE / table["source_pack"] / "pack.json").read_text(encoding="utf-8"))
+    assert table["source_label"] == pj["label"] == "evidence:complete"
+    assert table["source_commit"] == pj["git"]["commit"]
+    (dev,) = table["devices"]
+    assert (dev["name"], dev["capability"], dev["sm_count"]) == ("NVIDIA H200", "9.0", 132)
+    assert dev["choices"]
+    for c in dev["choices"]:
+        var = registry.get(c["variant"])
+        assert var.kind == "tensor" and var.config(c["config"]).name == c["config"]
+        assert c["runner_up"] is None or c["geomean_us"] <= c["runner_up"]["geomean_us"]
+
+
+def test_choices_agree_with_the_pack_benchmark():
+    """Independent of the generator's scoring: at the canonical shape the chosen kernel is the pack
+    leaderboard's fastest kernel of ours, and every chosen row ran ok within its error bound."""
+    table = _committed()
+    pack = REFERENCE / table["source_pack"]
+    summary = json.loads((pack / "bench" / "summary.json").read_text(encoding="utf-8"))
+    ours = [r for r in summary["leaderboard"] if r["impl"] == "evpack"]
+    canonical = next(c for c in table["devices"][0]["choices"]
+                     if (c["dtype"], c["head_dim"], c["causal"], c["size"]) == ("fp16", 64, False, "large"))
+    assert (canonical["variant"], canonical["config"]) == (ours[0]["variant"], ours[0]["config"])
+    rows = {(r["variant"], r["config"], r["shape"]): r for r in summary["rows"]
+            if r["impl"] == "evpack" and r["mode"] == summary["primary_mode"]}
+    for c in table["devices"][0]["choices"]:
+        for shape in c["shapes"]:
+            r = rows[(c["variant"], c["config"], shape)]
+            assert r["status"] == "ok" and r["max_abs_err"] <= r["err_bound"]
+
+
+def test_pick_by_device_and_shape_class():
+    table = _committed()
+    pick = dispatch.pick
+    assert pick(table, **H200, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16)[:2] == ("mma", "m64n64w4s2")
+    # same capability, another name: the capability's row
+    h100 = dict(H200, device_name="NVIDIA H100 80GB HBM3")
+    assert pick(table, **h100, dtype="fp16", head_dim=128, causal=False, batch=16, heads=16)[:2] == \
+        ("mma", "m128n64w4s2")
+    # no row for this device, or for this class (bf16 small: the pack has no such shape): the registry default
+    a100 = dict(H200, device_name="NVIDIA A100", capability="8.0", sm_count=108)
+    default = dispatch.fallback()
+    assert default == ("wmma", "m64n64w4s1")
+    assert pick(table, **a100, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16)[:2] == default
+    variant, config, why = pick(table, **H200, dtype="bf16", head_dim=64, causal=False, batch=2, heads=8)
+    assert (variant, config) == default and why.startswith("registry default")
+    assert pick(None, **H200, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16)[:2] == default
+
+
+def test_size_class_boundary_is_the_sm_count():
+    assert dispatch.size_class(1, 131, 132) == "small" and dispatch.size_class(2, 66, 132) == "large"
+
+
+def test_a_choice_naming_an_unknown_kernel_falls_back():
+    table = _committed()
+    bad = json.loads(json.dumps(table))
+    for c in bad["devices"][0]["choices"]:
+        c["variant"] = "retired_variant"
+    assert dispatch.pick(bad, **H200, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16)[:2] == \
+        dispatch.fallback()
+
+
+def test_only_a_complete_pack_with_a_benchmark_is_a_source(tmp_path):
+    partial = sorted(p for p in REFERENCE.iterdir() if p.is_dir() and p.name != _committed()["source_pack"])
+    for p in partial:
+        label = json.loads((p / "pack.json").read_text(encoding="utf-8"))["label"]
+        if label != "evidence:complete":
+            with pytest.raises(dispatch.DispatchTableError, match="only an evidence:complete pack"):
+                dispatch.generate_table(p)
+    fake = tmp_path / "pack"
+    fake.mkdir()
+    shutil.copy(REFERENCE / _committed()["source_pack"] / "pack.json", fake / "pack.json")
+    with pytest.raises(dispatch.DispatchTableError, match="summary.json: missing"):
+        dispatch.generate_table(fake)
+
+
+def test_load_table_ignores_an_unreadable_file(tmp_path):
+    (tmp_path / "t.json").write_text("{not json")
+    assert dispatch.load_table(tmp_path / "t.json") is None
+    assert dispatch.load_table(tmp_path / "absent.json") is None
+    assert dispatch.load_table()["source_pack"] == _committed()["source_pack"]
+
+
+# ---- the API default ------------------------------------------------------------------------------
+
+def test_explicit_variant_wins_and_config_alone_is_refused():
+    q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="config: 'm64n64w4s2' needs a variant"):
+        api.flash_attention(q, q, q, config="m64n64w4s2")
+    # without CUDA the default is the registry's, and the input check still names the problem
+    assert api.default_kernel(q, causal=False) == dispatch.fallback()
+    with pytest.raises(ValueError, match="q: must be a CUDA tensor"):
+        api.flash_attention(q, q, q)
+
+
+def test_choice_is_a_constant_under_torch_compile(monkeypatch):
+    monkeypatch.setattr(api, "_device", lambda index: ("NVIDIA H200", "9.0", 132))
+    assert api._choice(0, "fp16", 64, True, 16, 16) == ("mma", "m64n64w4s2")
+    fn = torch.compile(lambda x: x + len(api._choice(0, "fp16", 128, False, 16, 16)[1]), fullgraph=True)
+    assert fn(torch.zeros(2)).tolist() == [len("m128n64w4s2")] * 2
+
+
+def test_default_follows_a_regenerated_table(tmp_path, monkeypatch):
+    """Re-pointing the table (as a new reference pack will) changes the default; nothing is hard-coded."""
+    table = _committed()
+    for c in table["devices"][0]["choices"]:
+        c["config"] = "m128n64w8s2"
+    path = dispatch.write_table(table, tmp_path / "t.json")
+    monkeypatch.setattr(dispatch, "TABLE_PATH", path)
+    monkeypatch.setattr(api, "_device", lambda index: ("NVIDIA H200", "9.0", 132))
+    api._table.cache_clear()
+    try:
+        assert api._choice(0, "fp16", 64, False, 16, 16) == ("mma", "m128n64w8s2")
+    finally:
+        api._table.cache_clear()
