@@ -72,7 +72,7 @@ struct Shape {
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K (or V) tile
   static constexpr int kMaxSmem = 227 * 1024;               // sm_90 opt-in limit per block
   static constexpr int kStages = Cfg::kStages;               // K/V ring depth
-  static constexpr int kSmemTiles = kQBytes + 2 * kStages * kKVBytes;
+  static constexpr int kSmemTiles = 2 * kQBytes /* Q, O */ + 2 * kStages * kKVBytes;
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + kSmemTiles + 1024 /* barriers */;
 
   static_assert(kBlockM % kRowsPerConsumer == 0 && kConsumers >= 1 && kConsumers <= 2,
@@ -110,6 +110,17 @@ __device__ __forceinline__ uint32_t swizzled_offset(int row, int col) {
   return row * kBoxRowBytes + ((((col >> 3) ^ (row & 7)) << 4) | ((col & 7) * 2));
 }
 
+// Work item `tile` of a persistent CTA -> (query block, batch x head). Causal: the longest items (last
+// query blocks) first, every head's at once, so the static round-robin ends with the short ones;
+// otherwise the query blocks of one head are neighbours (their CTAs share K/V in L2).
+struct TileCoord {
+  int m_block, bh;
+};
+__device__ __forceinline__ TileCoord tile_coord(int tile, int n_m, int n_bh, bool causal) {
+  if (causal) return {n_m - 1 - tile / n_bh, tile % n_bh};
+  return {tile % n_m, tile / n_m};
+}
+
 template <class Cfg, class T, int kHeadDim>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ TmaMaps tma) {
@@ -117,38 +128,40 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kBlockM = S::kBlockM, kBlockN = S::kBlockN, kStages = S::kStages, kDBoxes = S::kDBoxes;
   constexpr int kKSteps = kHeadDim / 16;  // k16 steps of Q.K^T
   constexpr int kPSteps = kBlockN / 16;   // k16 steps of P.V
-  constexpr int kQBoxBytes = kBlockM * kBoxRowBytes;   // one 64-column box of the Q tile
+  constexpr int kQBoxBytes = kBlockM * kBoxRowBytes;   // one 64-column box of the Q (and O) tile
   constexpr int kKVBoxBytes = kBlockN * kBoxRowBytes;  // one 64-column box of a K or V tile
+  constexpr int kConsumerWarps = 4 * S::kConsumers;
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* sQ = smem;                               // (D/64, BLOCK_M, 64)
-  uint8_t* sK = sQ + S::kQBytes;                    // (STAGES, D/64, BLOCK_N, 64)
+  uint8_t* sO = sQ + S::kQBytes;                    // (D/64, BLOCK_M, 64)
+  uint8_t* sK = sO + S::kQBytes;                    // (STAGES, D/64, BLOCK_N, 64)
   uint8_t* sV = sK + kStages * S::kKVBytes;         // (STAGES, D/64, BLOCK_N, 64)
   uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * S::kKVBytes);
   uint64_t* q_full = bars;
-  uint64_t* k_full = bars + 1;
+  uint64_t* q_empty = bars + 1;
+  uint64_t* k_full = bars + 2;
   uint64_t* v_full = k_full + kStages;
   uint64_t* k_empty = v_full + kStages;
   uint64_t* v_empty = k_empty + kStages;
 
   const int warpgroup = threadIdx.x / 128;
   const int tid_in_wg = threadIdx.x % 128;
-  // Causal CTAs differ in work: launch the longest (last query tiles) first.
-  const int m_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int bh = blockIdx.y;
-  const int batch = bh / p.heads, head = bh % p.heads;
-  const int m0 = m_block * kBlockM;
-  const int kv_end = p.causal ? min(p.seqlen, m0 + kBlockM) : p.seqlen;  // keys any row of the tile sees
-  const int n_tiles = (kv_end + kBlockN - 1) / kBlockN;
+  const int n_m = (p.seqlen + kBlockM - 1) / kBlockM;
+  const int n_bh = p.batch * p.heads;
+  const int n_work = n_m * n_bh;
+  // keys a query block sees: causal stops at its last row
+  auto kv_tiles = [&](int m0) { return ((p.causal ? min(p.seqlen, m0 + kBlockM) : p.seqlen) + kBlockN - 1) / kBlockN; };
 
   if (threadIdx.x == 0) {
     hopper::mbar_init(q_full, 1);
+    hopper::mbar_init(q_empty, kConsumerWarps);  // one arrival per consumer warp
     for (int s = 0; s < kStages; ++s) {
       hopper::mbar_init(&k_full[s], 1);
       hopper::mbar_init(&v_full[s], 1);
-      hopper::mbar_init(&k_empty[s], 4 * S::kConsumers);  // one arrival per consumer warp
-      hopper::mbar_init(&v_empty[s], 4 * S::kConsumers);
+      hopper::mbar_init(&k_empty[s], kConsumerWarps);
+      hopper::mbar_init(&v_empty[s], kConsumerWarps);
     }
     hopper::fence_barrier_init();
   }
@@ -161,22 +174,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       hopper::tma_prefetch_descriptor(&tma.q);
       hopper::tma_prefetch_descriptor(&tma.k);
       hopper::tma_prefetch_descriptor(&tma.v);
-      hopper::mbar_arrive_expect_tx(q_full, S::kQBytes);
-      for (int b = 0; b < kDBoxes; ++b)
-        hopper::tma_load_4d(sQ + b * kQBoxBytes, &tma.q, q_full, b * kBoxCols, m0, head, batch);
-      for (int j = 0; j < n_tiles; ++j) {
-        const int s = j % kStages;
-        const int n0 = j * kBlockN;
-        if (j >= kStages) hopper::mbar_wait(&k_empty[s], ((j / kStages) - 1) & 1);
-        hopper::mbar_arrive_expect_tx(&k_full[s], S::kKVBytes);
+      hopper::tma_prefetch_descriptor(&tma.o);
+      int kv = 0;  // K/V tiles loaded so far by this CTA: ring slot kv % STAGES, use kv / STAGES
+      for (int tile = blockIdx.x, it = 0; tile < n_work; tile += gridDim.x, ++it) {
+        const TileCoord c = tile_coord(tile, n_m, n_bh, p.causal);
+        const int batch = c.bh / p.heads, head = c.bh % p.heads, m0 = c.m_block * kBlockM;
+        if (it > 0) hopper::mbar_wait(q_empty, (it - 1) & 1);  // every consumer warp's last Q.K^T is done
+        hopper::mbar_arrive_expect_tx(q_full, S::kQBytes);
         for (int b = 0; b < kDBoxes; ++b)
-          hopper::tma_load_4d(sK + s * S::kKVBytes + b * kKVBoxBytes, &tma.k, &k_full[s], b * kBoxCols, n0, head,
-                              batch);
-        if (j >= kStages) hopper::mbar_wait(&v_empty[s], ((j / kStages) - 1) & 1);
-        hopper::mbar_arrive_expect_tx(&v_full[s], S::kKVBytes);
-        for (int b = 0; b < kDBoxes; ++b)
-          hopper::tma_load_4d(sV + s * S::kKVBytes + b * kKVBoxBytes, &tma.v, &v_full[s], b * kBoxCols, n0, head,
-                              batch);
+          hopper::tma_load_4d(sQ + b * kQBoxBytes, &tma.q, q_full, b * kBoxCols, m0, head, batch);
+        const int n_tiles = kv_tiles(m0);
+        for (int j = 0; j < n_tiles; ++j, ++kv) {
+          const int s = kv % kStages, use = kv / kStages, n0 = j * kBlockN;
+          if (use > 0) hopper::mbar_wait(&k_empty[s], (use - 1) & 1);
+          hopper::mbar_arrive_expect_tx(&k_full[s], S::kKVBytes);
+          for (int b = 0; b < kDBoxes; ++b)
+            hopper::tma_load_4d(sK + s * S::kKVBytes + b * kKVBoxBytes, &tma.k, &k_full[s], b * kBoxCols, n0,
+                                head, batch);
+          if (use > 0) hopper::mbar_wait(&v_empty[s], (use - 1) & 1);
+          hopper::mbar_arrive_expect_tx(&v_full[s], S::kKVBytes);
+          for (int b = 0; b < kDBoxes; ++b)
+            hopper::tma_load_4d(sV + s * S::kKVBytes + b * kKVBoxBytes, &tma.v, &v_full[s], b * kBoxCols, n0,
+                                head, batch);
+        }
       }
     }
     return;
@@ -187,22 +207,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int consumer = warpgroup - 1;
   const int warp = tid_in_wg / 32, lane = tid_in_wg % 32;
   const int g = lane / 4, t = lane % 4;
-  const int row0 = m0 + consumer * kRowsPerConsumer + 16 * warp + g;  // global query row of rS[4a + 0, 1]
-  const int row1 = row0 + 8;                                           // ... of rS[4a + 2, 3]
-  const int wg_first_row = m0 + consumer * kRowsPerConsumer;
   const float scale_log2 = p.scale * kLog2e;
 
   float rS[kBlockN / 2];        // (64, BLOCK_N) scores / probabilities of this warpgroup
   uint32_t rP[kPSteps][4];      // (64, BLOCK_N) P in T: A fragments of the k16 steps of P.V
   float rO[kHeadDim / 2];       // (64, D) output accumulator
-  float m_run[2] = {-INFINITY, -INFINITY};
-  float l_run[2] = {0.f, 0.f};
-#pragma unroll
-  for (int i = 0; i < kHeadDim / 2; ++i) rO[i] = 0.f;
+  float m_run[2], l_run[2];     // rows g, g + 8 of this thread's 16-row slice
 
   const uint32_t sQ_addr = hopper::smem_u32(sQ) + consumer * kRowsPerConsumer * kBoxRowBytes;
   const uint32_t sK_addr = hopper::smem_u32(sK);
   const uint32_t sV_addr = hopper::smem_u32(sV);
+  uint8_t* sO_wg = sO + consumer * kRowsPerConsumer * kBoxRowBytes;  // this warpgroup's 64 rows of each box
 
   // rS = sQ_c (64, D) . sK_s (BLOCK_N, D)^T; both K-major, k16 step kk at byte 32 (kk % 4) of box kk / 4.
   auto issue_qk = [&](int s) {
@@ -233,45 +248,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper::fence_operands(rO);
     hopper::fence_operands(rP);
   };
-  auto release = [&](uint64_t* bar) {  // this warp is done reading a ring slot
+  auto release = [&](uint64_t* bar) {  // this warp is done reading a buffer
     if (lane == 0) hopper::mbar_arrive(bar);
-  };
-
-  // Online softmax of tile j on rS (in place: rS becomes P in fp32). Returns nothing; sets alpha.
-  auto softmax = [&](int j, float (&alpha)[2]) {
-    const int n0 = j * kBlockN;
-    const bool need_mask = n0 + kBlockN > p.seqlen || (p.causal && n0 + kBlockN - 1 > wg_first_row);
-    if (need_mask) {
-#pragma unroll
-      for (int a = 0; a < kBlockN / 8; ++a) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = n0 + 8 * a + 2 * t + e;
-          const bool key_ok = key < p.seqlen;
-          if (!key_ok || (p.causal && key > row0)) rS[4 * a + e] = -INFINITY;
-          if (!key_ok || (p.causal && key > row1)) rS[4 * a + 2 + e] = -INFINITY;
-        }
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = m_run[r];
-#pragma unroll
-      for (int a = 0; a < kBlockN / 8; ++a) mx = fmaxf(mx, fmaxf(rS[4 * a + 2 * r], rS[4 * a + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // a row lives in the 4 lanes of a quad
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;  // fully masked row: P = 0, not NaN
-      alpha[r] = exp2_approx(m_run[r] * scale_log2 - m_scaled);        // m_run = -inf -> 0
-      m_run[r] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int a = 0; a < kBlockN / 8; ++a) {
-        rS[4 * a + 2 * r] = exp2_approx(fmaf(rS[4 * a + 2 * r], scale_log2, -m_scaled));
-        rS[4 * a + 2 * r + 1] = exp2_approx(fmaf(rS[4 * a + 2 * r + 1], scale_log2, -m_scaled));
-        sum += rS[4 * a + 2 * r] + rS[4 * a + 2 * r + 1];
-      }
-      l_run[r] = l_run[r] * alpha[r] + sum;
-    }
   };
   // rP = T(rS): the C fragments of n8 atoms 2kk, 2kk + 1 are the A fragment of k16 step kk.
   auto convert_p = [&]() {
@@ -284,82 +262,139 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
   };
 
-  hopper::mbar_wait(q_full, 0);
+  int kv = 0;  // K/V tiles consumed so far (the producer's count, in the same order)
+  for (int tile = blockIdx.x, it = 0; tile < n_work; tile += gridDim.x, ++it) {
+    const TileCoord c = tile_coord(tile, n_m, n_bh, p.causal);
+    const int batch = c.bh / p.heads, head = c.bh % p.heads, m0 = c.m_block * kBlockM;
+    const int n_tiles = kv_tiles(m0);
+    const int wg_first_row = m0 + consumer * kRowsPerConsumer;
+    const int row0 = wg_first_row + 16 * warp + g;  // global query row of rS[4a + 0, 1]
+    const int row1 = row0 + 8;                      // ... of rS[4a + 2, 3]
 
-  // Tile 0: S, softmax, P.
-  {
-    float alpha[2];
-    hopper::mbar_wait(&k_full[0], 0);
-    issue_qk(0);
-    hopper::wgmma_wait<0>();
-    hopper::fence_operands(rS);
-    release(&k_empty[0]);
-    softmax(0, alpha);
-    convert_p();
-  }
-  // Tiles 1..n-1: S_j and P_{j-1}.V_{j-1} in flight together; the softmax of S_j overlaps P.V.
-  for (int j = 1; j < n_tiles; ++j) {
-    const int s = j % kStages, s_prev = (j - 1) % kStages;
-    float alpha[2];
-    hopper::mbar_wait(&k_full[s], (j / kStages) & 1);
-    issue_qk(s);
-    hopper::mbar_wait(&v_full[s_prev], ((j - 1) / kStages) & 1);
-    issue_pv(s_prev);
-    hopper::wgmma_wait<1>();  // S_j done (groups complete in order); P.V_{j-1} may still run
-    hopper::fence_operands(rS);
-    release(&k_empty[s]);
-    softmax(j, alpha);
-    hopper::wgmma_wait<0>();  // P.V_{j-1} done: rO and rP are ours again
-    hopper::fence_operands(rO);
-    hopper::fence_operands(rP);
-    release(&v_empty[s_prev]);
+    // Online softmax of K/V tile j on rS (in place: rS becomes P in fp32); alpha = rescale of old rows.
+    auto softmax = [&](int j, float (&alpha)[2]) {
+      const int n0 = j * kBlockN;
+      const bool need_mask = n0 + kBlockN > p.seqlen || (p.causal && n0 + kBlockN - 1 > wg_first_row);
+      if (need_mask) {
+#pragma unroll
+        for (int a = 0; a < kBlockN / 8; ++a) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = n0 + 8 * a + 2 * t + e;
+            const bool key_ok = key < p.seqlen;
+            if (!key_ok || (p.causal && key > row0)) rS[4 * a + e] = -INFINITY;
+            if (!key_ok || (p.causal && key > row1)) rS[4 * a + 2 + e] = -INFINITY;
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = m_run[r];
+#pragma unroll
+        for (int a = 0; a < kBlockN / 8; ++a) mx = fmaxf(mx, fmaxf(rS[4 * a + 2 * r], rS[4 * a + 2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // a row lives in the 4 lanes of a quad
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;  // fully masked row: P = 0, not NaN
+        alpha[r] = exp2_approx(m_run[r] * scale_log2 - m_scaled);        // m_run = -inf -> 0
+        m_run[r] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int a = 0; a < kBlockN / 8; ++a) {
+          rS[4 * a + 2 * r] = exp2_approx(fmaf(rS[4 * a + 2 * r], scale_log2, -m_scaled));
+          rS[4 * a + 2 * r + 1] = exp2_approx(fmaf(rS[4 * a + 2 * r + 1], scale_log2, -m_scaled));
+          sum += rS[4 * a + 2 * r] + rS[4 * a + 2 * r + 1];
+        }
+        l_run[r] = l_run[r] * alpha[r] + sum;
+      }
+    };
+
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) rO[i] = 0.f;
+    m_run[0] = m_run[1] = -INFINITY;
+    l_run[0] = l_run[1] = 0.f;
+    hopper::mbar_wait(q_full, it & 1);
+
+    // K/V tile 0: S, softmax, P.
+    {
+      float alpha[2];
+      const int s = kv % kStages;
+      hopper::mbar_wait(&k_full[s], (kv / kStages) & 1);
+      issue_qk(s);
+      hopper::wgmma_wait<0>();
+      hopper::fence_operands(rS);
+      release(&k_empty[s]);
+      if (n_tiles == 1) release(q_empty);
+      softmax(0, alpha);
+      convert_p();
+    }
+    // K/V tiles 1..n-1: S_j and P_{j-1}.V_{j-1} in flight together; the softmax of S_j overlaps P.V.
+    for (int j = 1; j < n_tiles; ++j) {
+      const int cur = kv + j, prev = kv + j - 1;
+      const int s = cur % kStages, s_prev = prev % kStages;
+      float alpha[2];
+      hopper::mbar_wait(&k_full[s], (cur / kStages) & 1);
+      issue_qk(s);
+      hopper::mbar_wait(&v_full[s_prev], (prev / kStages) & 1);
+      issue_pv(s_prev);
+      hopper::wgmma_wait<1>();  // S_j done (groups complete in order); P.V_{j-1} may still run
+      hopper::fence_operands(rS);
+      release(&k_empty[s]);
+      if (j == n_tiles - 1) release(q_empty);  // the producer may load the next work item's Q
+      softmax(j, alpha);
+      hopper::wgmma_wait<0>();  // P.V_{j-1} done: rO and rP are ours again
+      hopper::fence_operands(rO);
+      hopper::fence_operands(rP);
+      release(&v_empty[s_prev]);
+#pragma unroll
+      for (int a = 0; a < kHeadDim / 8; ++a) {
+        rO[4 * a + 0] *= alpha[0];
+        rO[4 * a + 1] *= alpha[0];
+        rO[4 * a + 2] *= alpha[1];
+        rO[4 * a + 3] *= alpha[1];
+      }
+      convert_p();
+    }
+    {
+      const int last = kv + n_tiles - 1, s = last % kStages;
+      hopper::mbar_wait(&v_full[s], (last / kStages) & 1);
+      issue_pv(s);
+      hopper::wgmma_wait<0>();
+      hopper::fence_operands(rO);
+      release(&v_empty[s]);
+    }
+    kv += n_tiles;
+
+    // Epilogue: O = rO / l -> T -> this warpgroup's rows of sO -> TMA store (rows past seqlen are
+    // clipped). sO is free once this warpgroup's previous store has read it.
+    float inv_l[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_run[r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      inv_l[r] = l > 0.f ? 1.f / l : 0.f;
+    }
+    if (tid_in_wg == 0) hopper::tma_store_wait_read();
+    hopper::named_barrier_sync(1 + consumer, 128);
+    const int r_local0 = 16 * warp + g, r_local1 = r_local0 + 8;
 #pragma unroll
     for (int a = 0; a < kHeadDim / 8; ++a) {
-      rO[4 * a + 0] *= alpha[0];
-      rO[4 * a + 1] *= alpha[0];
-      rO[4 * a + 2] *= alpha[1];
-      rO[4 * a + 3] *= alpha[1];
+      const int box = a / 8, col = 8 * (a % 8) + 2 * t;
+      uint8_t* sbox = sO_wg + box * kQBoxBytes;
+      const uint32_t v0 = pack2<T>(rO[4 * a + 0] * inv_l[0], rO[4 * a + 1] * inv_l[0]);
+      const uint32_t v1 = pack2<T>(rO[4 * a + 2] * inv_l[1], rO[4 * a + 3] * inv_l[1]);
+      *reinterpret_cast<uint32_t*>(sbox + swizzled_offset(r_local0, col)) = v0;
+      *reinterpret_cast<uint32_t*>(sbox + swizzled_offset(r_local1, col)) = v1;
     }
-    convert_p();
+    hopper::fence_proxy_async_smem();               // the writes above, before the copy engine reads
+    hopper::named_barrier_sync(1 + consumer, 128);  // every thread of this warpgroup has written
+    if (tid_in_wg == 0 && wg_first_row < p.seqlen) {
+      for (int b = 0; b < kDBoxes; ++b)
+        hopper::tma_store_4d(&tma.o, sO_wg + b * kQBoxBytes, b * kBoxCols, wg_first_row, head, batch);
+      hopper::tma_store_commit();
+    }
   }
-  {
-    const int s_last = (n_tiles - 1) % kStages;
-    hopper::mbar_wait(&v_full[s_last], ((n_tiles - 1) / kStages) & 1);
-    issue_pv(s_last);
-    hopper::wgmma_wait<0>();
-    hopper::fence_operands(rO);
-    release(&v_empty[s_last]);
-  }
-
-  // Epilogue: O = rO / l -> T -> this warpgroup's 64 rows of sQ (its Q rows: only it read them,
-  // and its last wgmma on them has completed) -> TMA store (rows past seqlen are clipped).
-  float inv_l[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_run[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv_l[r] = l > 0.f ? 1.f / l : 0.f;
-  }
-  uint8_t* sO = sQ + consumer * kRowsPerConsumer * kBoxRowBytes;  // (D/64, 64 rows of this warpgroup, 64)
-  const int r_local0 = 16 * warp + g, r_local1 = r_local0 + 8;
-#pragma unroll
-  for (int a = 0; a < kHeadDim / 8; ++a) {
-    const int box = a / 8, col = 8 * (a % 8) + 2 * t;
-    uint8_t* sbox = sO + box * kQBoxBytes;
-    const uint32_t v0 = pack2<T>(rO[4 * a + 0] * inv_l[0], rO[4 * a + 1] * inv_l[0]);
-    const uint32_t v1 = pack2<T>(rO[4 * a + 2] * inv_l[1], rO[4 * a + 3] * inv_l[1]);
-    *reinterpret_cast<uint32_t*>(sbox + swizzled_offset(r_local0, col)) = v0;
-    *reinterpret_cast<uint32_t*>(sbox + swizzled_offset(r_local1, col)) = v1;
-  }
-  hopper::fence_proxy_async_smem();                   // the writes above, before the copy engine reads
-  hopper::named_barrier_sync(1 + consumer, 128);       // every thread of this warpgroup has written
-  if (tid_in_wg == 0 && wg_first_row < p.seqlen) {
-    for (int b = 0; b < kDBoxes; ++b)
-      hopper::tma_store_4d(&tma.o, sO + b * kQBoxBytes, b * kBoxCols, wg_first_row, head, batch);
-    hopper::tma_store_commit();
-    hopper::tma_store_wait_read();  // shared memory must outlive the copy
-  }
+  if (tid_in_wg == 0) hopper::tma_store_wait_read();  // shared memory must outlive the last copy
 }
 
 // ---- host: tensor maps and launch -----------------------------------------------------------------
@@ -429,7 +464,12 @@ cudaError_t launch(const FwdParams& p, cudaStream_t stream) {
   const size_t smem = dynamic_smem_bytes<Cfg, T, kHeadDim>();
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
-  const dim3 grid((p.seqlen + S::kBlockM - 1) / S::kBlockM, p.batch * p.heads);
+  int sms = 0;
+  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  // Persistent: one CTA per SM (or per work item, if fewer), each looping over work items.
+  const long long work = static_cast<long long>((p.seqlen + S::kBlockM - 1) / S::kBlockM) * p.batch * p.heads;
+  const dim3 grid(static_cast<unsigned>(work < sms ? work : sms));
   kernel<<<grid, Cfg::kThreads, smem, stream>>>(p, maps);
   return cudaGetLastError();
 }
