@@ -131,7 +131,16 @@ def main() -> int:
     ap.add_argument("--timing-variants", default="wgmma,mma")
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--one-call", metavar="CONFIG", help="one call at the canonical shape, nothing else (for ncu)")
+    ap.add_argument("--causal", action="store_true", help="with --one-call")
     args = ap.parse_args()
+    if args.one_call:
+        q, k, v = make_qkv(16, 16, 512, 64, "fp16", 0)
+        out = torch.empty_like(q)
+        _extension("wgmma").forward(q, k, v, out, args.causal, default_scale(64), "wgmma", args.one_call,
+                                    torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        return 0
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"device: {torch.cuda.get_device_name()} (sm_{''.join(map(str, torch.cuda.get_device_capability()))}), "

@@ -1,21 +1,29 @@
 // wgmma: flash-attention forward for Hopper (sm_90a only) in the FlashAttention-3 design:
-// warp-specialised, TMA loads into 128-byte-swizzled shared memory, wgmma.mma_async on tensor cores.
+// warp-specialised, persistent, TMA loads into 128-byte-swizzled shared memory, wgmma.mma_async.
 //
-// One CTA = BLOCK_M query rows of one (batch, head); 1 + BLOCK_M / 64 warpgroups (Cfg::kWarps / 4):
-//   warpgroup 0    producer: setmaxnreg down to 24; one thread issues TMA loads of gQ into sQ (once)
-//                  and of gK, gV into a ring of STAGES slots, each slot guarded by a "full" mbarrier
-//                  (expect-tx bytes, completed by the copy engine) and an "empty" mbarrier (one
-//                  arrival per consumer warp once its wgmma reading the slot has completed).
-//   warpgroup 1+c  consumer c: setmaxnreg up to 240; owns query rows [64 c, 64 c + 64) of the tile.
-//                  Per K/V tile j (slot j % STAGES, phase parity (j / STAGES) & 1):
+// Grid: one CTA per SM (fewer if there is less work); CTA b takes work items b, b + grid, ... where
+// an item is BLOCK_M query rows of one (batch, head) (tile_coord says in which order).
+// One CTA = 1 + BLOCK_M / 64 warpgroups (Cfg::kWarps / 4):
+//   warpgroup 0    producer: setmaxnreg down to 24; one thread issues TMA loads: gQ of each item
+//                  into one of two Q buffers (q_full / q_empty mbarriers: the next item's Q loads
+//                  while this one runs), gK and gV into a ring of STAGES slots that runs on across
+//                  items, each slot guarded by a "full" mbarrier (expect-tx bytes, completed by the
+//                  copy engine) and an "empty" one (one arrival per consumer warp once the wgmma
+//                  reading the slot has completed). Slot of K/V tile number kv: kv % STAGES, phase
+//                  parity (kv / STAGES) & 1.
+//   warpgroup 1+c  consumer c: setmaxnreg up to 240; owns query rows [64 c, 64 c + 64) of the item.
+//                  Per K/V tile j:
 //                    rS  = sQ_c . sK_j^T        wgmma SS, m64 n BLOCK_N k16, D / 16 of them
 //                    rO += rP_{j-1} . sV_{j-1}  wgmma RS (P from registers), m64 n D k16, issued
-//                                               before the softmax of tile j, so it runs on the
-//                                               tensor cores while this warpgroup does the exp2s
+//                                               with S_j, so it runs while this warpgroup does the
+//                                               softmax of S_j
 //                    softmax(rS): m' = max(m, rowmax(rS)), P = exp2(rS * scale log2e - m' scale log2e),
 //                                 l = l * 2^((m - m') scale log2e) + rowsum(P)
 //                    wait for P.V_{j-1}; rO *= 2^((m - m') scale log2e); rP = T(P)
-//                  Epilogue: rO / l -> T -> this warpgroup's rows of sQ (swizzled) -> TMA store.
+//                  The two consumers take turns to issue their wgmmas (pingpong, named barriers 3
+//                  and 4), so one's softmax overlaps the other's matrix work.
+//                  Epilogue: rO / l -> T -> this warpgroup's rows of sO (swizzled) -> TMA store,
+//                  left in flight until sO is needed again.
 //
 // Registers of one consumer thread (warp w of its warpgroup, lane = 4 g + t):
 //   rS (BLOCK_N / 2)       fp32   scores of rows 16 w + g, +8; columns 8 a + 2 t, +1 (a = 0..BLOCK_N/8-1)
@@ -24,10 +32,11 @@
 //   m, l (2)               fp32   running max (raw score units) and partial row sums of rows g, g + 8
 // Shared memory (dynamic, 1024-byte aligned; every tile stored as boxes of 64 columns = 128 bytes
 // per row, 128B-swizzled by TMA, which is the layout wgmma reads through make_smem_desc_sw128):
-//   sQ  (D / 64, BLOCK_M, 64)                   T   Q tile; reused to stage the O tile at the end
+//   sQ  (2, D / 64, BLOCK_M, 64)                T   Q of the current and the next work item
+//   sO  (D / 64, BLOCK_M, 64)                   T   O staging for the TMA store
 //   sK  (STAGES, D / 64, BLOCK_N, 64)           T   K ring
 //   sV  (STAGES, D / 64, BLOCK_N, 64)           T   V ring
-//   barriers: q_full, k_full[S], v_full[S], k_empty[S], v_empty[S]
+//   barriers: q_full[2], q_empty[2], k_full[S], v_full[S], k_empty[S], v_empty[S]
 //
 // Masks: keys >= seqlen (TMA zero-fills rows past the tensor; their scores are set to -inf) and,
 // causal (top-left), keys > row. Only tiles that cross seqlen or a warpgroup's diagonal pay for the
@@ -56,6 +65,9 @@ constexpr int kBoxCols = 64;          // 64 elements of T = 128 bytes: the wides
 constexpr int kBoxRowBytes = 128;
 constexpr int kProducerRegs = 24;     // setmaxnreg targets: 24 x 128 + 240 x 256 = 64512 <= 65536
 constexpr int kConsumerRegs = 240;
+#ifndef EVPACK_WGMMA_PINGPONG
+#define EVPACK_WGMMA_PINGPONG 1
+#endif
 
 // The four TMA descriptors of one launch, passed by value as a __grid_constant__ kernel parameter.
 struct TmaMaps {
@@ -72,7 +84,7 @@ struct Shape {
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K (or V) tile
   static constexpr int kMaxSmem = 227 * 1024;               // sm_90 opt-in limit per block
   static constexpr int kStages = Cfg::kStages;               // K/V ring depth
-  static constexpr int kSmemTiles = 2 * kQBytes /* Q, O */ + 2 * kStages * kKVBytes;
+  static constexpr int kSmemTiles = 3 * kQBytes /* 2 Q, O */ + 2 * kStages * kKVBytes;
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + kSmemTiles + 1024 /* barriers */;
 
   static_assert(kBlockM % kRowsPerConsumer == 0 && kConsumers >= 1 && kConsumers <= 2,
@@ -134,14 +146,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t* sQ = smem;                               // (D/64, BLOCK_M, 64)
-  uint8_t* sO = sQ + S::kQBytes;                    // (D/64, BLOCK_M, 64)
+  uint8_t* sQ = smem;                               // (2, D/64, BLOCK_M, 64): work items alternate
+  uint8_t* sO = sQ + 2 * S::kQBytes;                // (D/64, BLOCK_M, 64)
   uint8_t* sK = sO + S::kQBytes;                    // (STAGES, D/64, BLOCK_N, 64)
   uint8_t* sV = sK + kStages * S::kKVBytes;         // (STAGES, D/64, BLOCK_N, 64)
   uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * S::kKVBytes);
-  uint64_t* q_full = bars;
-  uint64_t* q_empty = bars + 1;
-  uint64_t* k_full = bars + 2;
+  uint64_t* q_full = bars;       // [2]
+  uint64_t* q_empty = bars + 2;  // [2]
+  uint64_t* k_full = bars + 4;
   uint64_t* v_full = k_full + kStages;
   uint64_t* k_empty = v_full + kStages;
   uint64_t* v_empty = k_empty + kStages;
@@ -155,8 +167,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto kv_tiles = [&](int m0) { return ((p.causal ? min(p.seqlen, m0 + kBlockM) : p.seqlen) + kBlockN - 1) / kBlockN; };
 
   if (threadIdx.x == 0) {
-    hopper::mbar_init(q_full, 1);
-    hopper::mbar_init(q_empty, kConsumerWarps);  // one arrival per consumer warp
+    for (int q = 0; q < 2; ++q) {
+      hopper::mbar_init(&q_full[q], 1);
+      hopper::mbar_init(&q_empty[q], kConsumerWarps);  // one arrival per consumer warp
+    }
     for (int s = 0; s < kStages; ++s) {
       hopper::mbar_init(&k_full[s], 1);
       hopper::mbar_init(&v_full[s], 1);
@@ -179,10 +193,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int tile = blockIdx.x, it = 0; tile < n_work; tile += gridDim.x, ++it) {
         const TileCoord c = tile_coord(tile, n_m, n_bh, p.causal);
         const int batch = c.bh / p.heads, head = c.bh % p.heads, m0 = c.m_block * kBlockM;
-        if (it > 0) hopper::mbar_wait(q_empty, (it - 1) & 1);  // every consumer warp's last Q.K^T is done
-        hopper::mbar_arrive_expect_tx(q_full, S::kQBytes);
+        const int q = it % 2, q_use = it / 2;
+        if (q_use > 0) hopper::mbar_wait(&q_empty[q], (q_use - 1) & 1);  // its last Q.K^T, 2 items ago, is done
+        hopper::mbar_arrive_expect_tx(&q_full[q], S::kQBytes);
         for (int b = 0; b < kDBoxes; ++b)
-          hopper::tma_load_4d(sQ + b * kQBoxBytes, &tma.q, q_full, b * kBoxCols, m0, head, batch);
+          hopper::tma_load_4d(sQ + q * S::kQBytes + b * kQBoxBytes, &tma.q, &q_full[q], b * kBoxCols, m0, head,
+                              batch);
         const int n_tiles = kv_tiles(m0);
         for (int j = 0; j < n_tiles; ++j, ++kv) {
           const int s = kv % kStages, use = kv / kStages, n0 = j * kBlockN;
@@ -214,7 +230,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   float rO[kHeadDim / 2];       // (64, D) output accumulator
   float m_run[2], l_run[2];     // rows g, g + 8 of this thread's 16-row slice
 
-  const uint32_t sQ_addr = hopper::smem_u32(sQ) + consumer * kRowsPerConsumer * kBoxRowBytes;
+  uint32_t sQ_addr = 0;  // this warpgroup's rows of the current work item's Q buffer
   const uint32_t sK_addr = hopper::smem_u32(sK);
   const uint32_t sV_addr = hopper::smem_u32(sV);
   uint8_t* sO_wg = sO + consumer * kRowsPerConsumer * kBoxRowBytes;  // this warpgroup's 64 rows of each box
@@ -248,6 +264,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper::fence_operands(rO);
     hopper::fence_operands(rP);
   };
+  // Pingpong: the two consumer warpgroups take turns to issue their wgmmas (named barriers 3 and 4),
+  // so one's softmax runs while the other's matrix work occupies the tensor cores.
+  constexpr bool kPingpong = EVPACK_WGMMA_PINGPONG && S::kConsumers == 2;
+  auto wait_turn = [&]() {
+    if constexpr (kPingpong) hopper::named_barrier_sync(3 + consumer, 256);
+  };
+  auto pass_turn = [&]() {
+    if constexpr (kPingpong) hopper::named_barrier_arrive(3 + (1 - consumer), 256);
+  };
+  if (kPingpong && consumer == 1) hopper::named_barrier_arrive(3, 256);  // warpgroup 0 goes first
   auto release = [&](uint64_t* bar) {  // this warp is done reading a buffer
     if (lane == 0) hopper::mbar_arrive(bar);
   };
@@ -312,18 +338,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int i = 0; i < kHeadDim / 2; ++i) rO[i] = 0.f;
     m_run[0] = m_run[1] = -INFINITY;
     l_run[0] = l_run[1] = 0.f;
-    hopper::mbar_wait(q_full, it & 1);
+    const int q = it % 2;
+    sQ_addr = hopper::smem_u32(sQ + q * S::kQBytes) + consumer * kRowsPerConsumer * kBoxRowBytes;
+    hopper::mbar_wait(&q_full[q], (it / 2) & 1);
 
     // K/V tile 0: S, softmax, P.
     {
       float alpha[2];
       const int s = kv % kStages;
       hopper::mbar_wait(&k_full[s], (kv / kStages) & 1);
+      wait_turn();
       issue_qk(s);
+      pass_turn();
       hopper::wgmma_wait<0>();
       hopper::fence_operands(rS);
       release(&k_empty[s]);
-      if (n_tiles == 1) release(q_empty);
+      if (n_tiles == 1) release(&q_empty[q]);
       softmax(0, alpha);
       convert_p();
     }
@@ -333,13 +363,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int s = cur % kStages, s_prev = prev % kStages;
       float alpha[2];
       hopper::mbar_wait(&k_full[s], (cur / kStages) & 1);
-      issue_qk(s);
       hopper::mbar_wait(&v_full[s_prev], (prev / kStages) & 1);
+      wait_turn();
+      issue_qk(s);
       issue_pv(s_prev);
+      pass_turn();
       hopper::wgmma_wait<1>();  // S_j done (groups complete in order); P.V_{j-1} may still run
       hopper::fence_operands(rS);
       release(&k_empty[s]);
-      if (j == n_tiles - 1) release(q_empty);  // the producer may load the next work item's Q
+      if (j == n_tiles - 1) release(&q_empty[q]);  // the producer may load a later work item's Q
       softmax(j, alpha);
       hopper::wgmma_wait<0>();  // P.V_{j-1} done: rO and rP are ours again
       hopper::fence_operands(rO);
@@ -357,7 +389,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     {
       const int last = kv + n_tiles - 1, s = last % kStages;
       hopper::mbar_wait(&v_full[s], (last / kStages) & 1);
+      wait_turn();
       issue_pv(s);
+      pass_turn();
       hopper::wgmma_wait<0>();
       hopper::fence_operands(rO);
       release(&v_empty[s]);
