@@ -65,9 +65,6 @@ constexpr int kBoxCols = 64;          // 64 elements of T = 128 bytes: the wides
 constexpr int kBoxRowBytes = 128;
 constexpr int kProducerRegs = 24;     // setmaxnreg targets: 24 x 128 + 240 x 256 = 64512 <= 65536
 constexpr int kConsumerRegs = 240;
-#ifndef EVPACK_WGMMA_PINGPONG
-#define EVPACK_WGMMA_PINGPONG 1
-#endif
 
 // The four TMA descriptors of one launch, passed by value as a __grid_constant__ kernel parameter.
 struct TmaMaps {
@@ -266,7 +263,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   // Pingpong: the two consumer warpgroups take turns to issue their wgmmas (named barriers 3 and 4),
   // so one's softmax runs while the other's matrix work occupies the tensor cores.
-  constexpr bool kPingpong = EVPACK_WGMMA_PINGPONG && S::kConsumers == 2;
+  constexpr bool kPingpong = S::kConsumers == 2;
   auto wait_turn = [&]() {
     if constexpr (kPingpong) hopper::named_barrier_sync(3 + consumer, 256);
   };
