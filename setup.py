@@ -195,7 +195,7 @@ def _extensions_and_cmdclass():
         are compiled here, with their own targets, and linked in as extra objects."""
 
         def run(self):
-            for ext_name, (out_dir, group, skipped) in generated.items():
+            for out_dir, group, skipped in generated.values():
                 buildgen.generate(ROOT, ROOT / out_dir, group)
                 note = ROOT / out_dir / "skipped.json"
                 text = json.dumps([{"variant": n, "reason": r} for n, r in skipped], indent=1) + "\n"

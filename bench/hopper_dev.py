@@ -91,9 +91,10 @@ def timing(variants, rule: StopRule) -> list[dict]:
         timers = []
         for var in variants:
             for cfg in var.configs:
-                def ours(q, k, v, _v=var.name, _c=cfg.name):
+                def ours(q, k, v, _v=var.name, _c=cfg.name, _causal=causal, _scale=scale):
                     out = torch.empty_like(q)
-                    _extension(_v).forward(q, k, v, out, causal, scale, _v, _c, torch.cuda.current_stream().cuda_stream)
+                    _extension(_v).forward(q, k, v, out, _causal, _scale, _v, _c,
+                                           torch.cuda.current_stream().cuda_stream)
                     return out
                 timers.append(harness.Timer(ours, sets, "cold", rule, stream=stream, name=f"{var.name}/{cfg.name}"))
         for backend in SDPA:
