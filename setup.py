@@ -7,9 +7,12 @@ Extensions: evpack._C (registry.VARIANTS) and, with EVPACK_CANARIES=1, evpack._c
 files that python/evpack/buildgen.py writes into build/generated/<extension>/.
 
 Environment:
-  EVPACK_CUDA_ARCHS   SM versions, ";" or "," separated (default "80;89;90"): one SASS per arch, one fatbin;
-                      an extension also gets every arch-specific target its variants declare (registry
-                      `archs`, e.g. 90a), where those variants hold their code (stubs elsewhere)
+  EVPACK_CUDA_ARCHS   SM versions, ";" or "," separated (default "80;89;90;90a"): one SASS per arch, one
+                      fatbin. Arch-specific targets ("90a": -gencode arch=compute_90a,code=sm_90a) reach only
+                      the variants that name them (registry Variant.archs), which are compiled in objects
+                      of their own with just those targets; every other variant gets the plain archs. A
+                      variant none of whose archs is listed, or that the nvcc cannot build, is skipped
+                      with the reason (printed, and in build/generated/<extension>/skipped.json).
   EVPACK_NVCC_FLAGS   extra nvcc flags, shell-split, appended last (e.g. "-maxrregcount=32")
   EVPACK_VARIANTS     comma list of registry names to build (default: all); canary names select canaries
   EVPACK_CANARIES=1   also build evpack._canaries
@@ -26,9 +29,13 @@ generated, unless a build command runs (`python setup.py --name` stays cheap).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shlex
+import subprocess
 import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from setuptools import find_packages, setup
@@ -40,7 +47,7 @@ os.chdir(ROOT)  # sources are given relative to the repository root
 # use) installs the Python package only: the evidence run's build stage compiles the extension in place
 # (python/evpack/_C*.so), where the editable package finds it.
 BUILD_COMMANDS = {"build", "build_ext", "install", "bdist", "bdist_wheel", "bdist_egg"}
-DEFAULT_ARCHS = "80;89;90"
+DEFAULT_ARCHS = "80;89;90;90a"  # 90a reaches only the variants that need it (wgmma)
 NVCC_FLAGS = ["-std=c++17", "-O3", "--use_fast_math", "-lineinfo", "-Xptxas", "-v", "-Xcompiler", "-fvisibility=hidden"]
 CXX_FLAGS = ["-O3", "-fvisibility=hidden"]  # C++ standard: torch's default (its headers lean on C++20)
 
@@ -54,18 +61,47 @@ def _load(name: str):
     return module
 
 
-def _arch_flags(spec: str) -> list[str]:
-    archs = [a.strip().lower().removeprefix("sm_").replace(".", "") for a in spec.replace(",", ";").split(";")]
-    archs = [a for a in archs if a]
-    if not archs or not all(a.isdigit() for a in archs):
-        raise SystemExit(f"EVPACK_CUDA_ARCHS: expected SM versions such as '80;89;90', got {spec!r}")
-    return [f"-gencode=arch=compute_{a},code=sm_{a}" for a in dict.fromkeys(archs)]
+def _archs(buildgen) -> list[str]:
+    try:
+        return buildgen.parse_archs(os.environ.get("EVPACK_CUDA_ARCHS", DEFAULT_ARCHS))
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
-def _declared_arch_flags(group, base: list[str]) -> list[str]:
-    """base plus the targets the group's variants declare in registry `archs` (e.g. "90a"), once each."""
-    extra = [f"-gencode=arch=compute_{a},code=sm_{a}" for v in group for a in getattr(v, "archs", ())]
-    return base + [f for f in dict.fromkeys(extra) if f not in base]
+def _nvcc_cannot_build(nvcc: str, arch: str, buildgen) -> str | None:
+    """None if `nvcc` compiles an empty kernel for `arch`, else the reason (its first error line)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.cu"
+        src.write_text("__global__ void probe() {}\n")
+        try:
+            proc = subprocess.run([nvcc, "-cubin", *buildgen.gencode_flags([arch]), str(src), "-o",
+                                   str(Path(tmp) / "probe.cubin")], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"{nvcc} could not be run: {e}"
+    if proc.returncode == 0:
+        return None
+    lines = (proc.stderr or proc.stdout).strip().splitlines()
+    return f"{nvcc} cannot build sm_{arch}: {lines[0] if lines else f'exit {proc.returncode}'}"
+
+
+def _split_by_arch(variants: list, archs: list[str], buildgen, nvcc: str) -> tuple[list, list, list]:
+    """(plain variants, [(arch-specific variant, its archs)], [(skipped variant name, reason)])."""
+    plain, specific, skipped = [], [], []
+    for v in variants:
+        if not v.archs:
+            plain.append(v)
+            continue
+        mine = buildgen.variant_archs(v, archs)
+        if not mine:
+            skipped.append((v.name, f"needs {' or '.join('sm_' + a for a in v.archs)}, which EVPACK_CUDA_ARCHS "
+                                    f"({';'.join(archs)}) does not list"))
+            continue
+        reason = next((r for r in (_nvcc_cannot_build(nvcc, a, buildgen) for a in mine) if r), None)
+        if reason:
+            skipped.append((v.name, reason))
+            continue
+        specific.append((v, mine))
+    return plain, specific, skipped
 
 
 def _select(registry) -> tuple[list, list]:
@@ -96,12 +132,15 @@ def _extensions_and_cmdclass():
     os.environ.setdefault("PYTORCH_NVCC", str(ROOT / "csrc" / "tools" / "nvcc-log"))
     os.environ.setdefault("EVPACK_REAL_NVCC", str(Path(cpp.CUDA_HOME) / "bin" / "nvcc"))
 
-    arch_flags = _arch_flags(os.environ.get("EVPACK_CUDA_ARCHS", DEFAULT_ARCHS))
-    user_flags = shlex.split(os.environ.get("EVPACK_NVCC_FLAGS", ""))
+    archs = _archs(buildgen)
+    plain_archs = [a for a in archs if not buildgen.is_arch_specific(a)] or archs
+    extra_flags = shlex.split(os.environ.get("EVPACK_NVCC_FLAGS", ""))
+    nvcc_flags = NVCC_FLAGS + buildgen.gencode_flags(plain_archs) + extra_flags
     lib_dir = Path(cpp.CUDA_HOME) / "lib64"
     # rpath to cudart and to torch's libraries: `import evpack._C` works without `import torch` first
     # (the build stage lists kernels that way).
     rpaths = [lib_dir, *map(Path, cpp.library_paths())]
+    include_dirs = [str(ROOT / "csrc" / "include"), str(ROOT), str(Path(cpp.CUDA_HOME) / "include")]
 
     variants, canaries = _select(registry)
     groups = {"_C": variants}
@@ -109,37 +148,73 @@ def _extensions_and_cmdclass():
         groups["_canaries"] = canaries
 
     generated: dict[str, tuple[Path, list]] = {}
+    own_objects: dict[str, list[tuple[str, tuple[str, ...]]]] = {}  # ext -> [(instantiation file, archs)]
     extensions = []
     for ext, group in groups.items():
         out_dir = Path("build") / "generated" / ext
-        generated[ext] = (out_dir, group)
-        instantiations = [(out_dir / name).as_posix() for name, _ in buildgen.plan(group)]
+        plain, specific, skipped = _split_by_arch(group, archs, buildgen, os.environ["EVPACK_REAL_NVCC"])
+        for name, reason in skipped:
+            print(f"evpack build: skipping variant {name}: {reason}", file=sys.stderr, flush=True)
+        generated[ext] = (out_dir, plain + [v for v, _ in specific], skipped)
+        instantiations = [(out_dir / name).as_posix() for name, _ in buildgen.plan(plain)]
+        own_objects[ext] = [((out_dir / name).as_posix(), mine) for v, mine in specific
+                            for name, _ in buildgen.plan([v])]
         extensions.append(
             cpp.CppExtension(
                 name=f"evpack.{ext}",
                 sources=["csrc/bindings.cpp", "csrc/registry.cpp", *instantiations],
-                include_dirs=[str(ROOT / "csrc" / "include"), str(ROOT), str(Path(cpp.CUDA_HOME) / "include")],
+                include_dirs=include_dirs,
                 library_dirs=[str(lib_dir)],
                 libraries=["cudart"],
                 extra_link_args=[f"-Wl,-rpath,{d}" for d in rpaths],
-                extra_compile_args={"cxx": list(CXX_FLAGS),
-                                    "nvcc": NVCC_FLAGS + _declared_arch_flags(group, arch_flags) + user_flags},
+                extra_compile_args={"cxx": list(CXX_FLAGS), "nvcc": list(nvcc_flags)},
+                depends=[src for src, _ in own_objects[ext]],
             )
         )
+    common = list(getattr(cpp, "COMMON_NVCC_FLAGS", []))  # torch's own nvcc flags (no half operators, ...)
+
+    def compile_own(src: str, mine: tuple[str, ...], build_temp: str) -> str:
+        """nvcc (through nvcc-log, so its PTXAS report is kept) for one arch-specific object."""
+        obj = Path(build_temp) / (src[: -len(".cu")] + ".o")
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [os.environ["PYTORCH_NVCC"], "-c", src, "-o", str(obj), *common, *NVCC_FLAGS,
+               *buildgen.gencode_flags(mine), "-Xcompiler", "-fPIC", *[f"-I{d}" for d in include_dirs],
+               *extra_flags]
+        stamp = obj.with_suffix(".o.cmd")
+        fresh = (obj.exists() and stamp.exists() and stamp.read_text() == json.dumps(cmd)
+                 and obj.stat().st_mtime_ns >= Path(src).stat().st_mtime_ns)
+        if not fresh:
+            print(f"evpack build: nvcc {src} for {', '.join('sm_' + a for a in mine)}", flush=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            sys.stdout.write(proc.stderr)
+            if proc.returncode != 0:
+                raise SystemExit(f"evpack build: nvcc failed on {src} (exit {proc.returncode})")
+            stamp.write_text(json.dumps(cmd))
+        return str(obj)
 
     class BuildExt(cpp.BuildExtension):
         """Writes the instantiation files first; one build_temp per extension (bindings.cpp is
-        compiled once per extension with a different TORCH_EXTENSION_NAME)."""
+        compiled once per extension with a different TORCH_EXTENSION_NAME); arch-specific variants
+        are compiled here, with their own targets, and linked in as extra objects."""
 
         def run(self):
-            for out_dir, group in generated.values():
+            for out_dir, group, skipped in generated.values():
                 buildgen.generate(ROOT, ROOT / out_dir, group)
+                note = ROOT / out_dir / "skipped.json"
+                text = json.dumps([{"variant": n, "reason": r} for n, r in skipped], indent=1) + "\n"
+                if not note.exists() or note.read_text() != text:
+                    note.write_text(text)
             super().run()
 
         def build_extension(self, ext):
             base = self.build_temp
-            self.build_temp = os.path.join(base, ext.name.rsplit(".", 1)[-1])
+            key = ext.name.rsplit(".", 1)[-1]
+            self.build_temp = os.path.join(base, key)
             try:
+                jobs = max(1, int(os.environ.get("MAX_JOBS", "") or os.cpu_count() or 1))
+                with ThreadPoolExecutor(max_workers=jobs) as pool:
+                    objs = list(pool.map(lambda sm: compile_own(sm[0], sm[1], self.build_temp), own_objects[key]))
+                ext.extra_objects = [o for o in (ext.extra_objects or []) if o not in objs] + objs
                 super().build_extension(ext)
             finally:
                 self.build_temp = base

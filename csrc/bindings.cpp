@@ -129,6 +129,13 @@ void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::
   const cudaError_t launch_err = entry->launch(p, reinterpret_cast<cudaStream_t>(stream));
   const cudaError_t last_err = cudaGetLastError();  // also clears a non-sticky error for the next call
   const cudaError_t err = launch_err != cudaSuccess ? launch_err : last_err;
+  if (err == cudaErrorNoKernelImageForDevice) {  // e.g. an sm_90a-only variant on another GPU
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, current);
+    TORCH_CHECK(false, "variant: '", variant, "' has no kernel for this device (cuda:", current, ", sm_", major,
+                minor, "): it is built for other archs (`python -m evpack kernels`; wgmma needs sm_90a)");
+  }
   TORCH_CHECK(err == cudaSuccess, "evpack: launch of ", variant, "/", config, "/", dtype, "/d", head_dim,
               " failed: ", cudaGetErrorString(err));
 }

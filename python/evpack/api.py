@@ -72,7 +72,20 @@ def check_inputs(q, k, v, *, scale=None, variant: str = "wmma", config: str | No
     for name, t in named[1:]:
         if t.device != q.device:
             raise ValueError(f"{name}: on {t.device} but q is on {q.device}; all inputs must share one device")
+    _check_device_arch(var, q.device)
     return var, cfg, float(scale)
+
+
+def _check_device_arch(var: registry.Variant, device: torch.device) -> None:
+    """An arch-specific variant (e.g. wgmma: sm_90a) runs only on its one device generation."""
+    if not var.archs:
+        return
+    cap = torch.cuda.get_device_capability(device)
+    if not var.runs_on(cap):
+        needs = " or ".join(f"sm_{a}" for a in var.archs)
+        raise ValueError(f"variant: {var.name!r} is built for {needs} only (a Hopper GPU, compute capability "
+                         f"9.0); {device} is sm_{cap[0]}{cap[1]} ({torch.cuda.get_device_name(device)}): "
+                         f"choose another variant")
 
 
 def _extension(variant: str):

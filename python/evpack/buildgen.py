@@ -20,6 +20,47 @@ from pathlib import Path
 CXX_TYPES = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# An EVPACK_CUDA_ARCHS entry: an SM version ("90"), optionally arch-specific ("90a") or
+# family-specific ("100f"); "sm_90a" and "9.0" are accepted spellings.
+_ARCH = re.compile(r"\d{2,3}[af]?\Z")
+
+
+def parse_archs(spec: str) -> list[str]:
+    """'80;89;90;90a' (or ',' / whitespace separated, 'sm_' prefixes, '9.0') -> ['80', '89', '90', '90a']."""
+    archs = []
+    for tok in re.split(r"[;,\s]+", spec.strip()):
+        tok = tok.lower().removeprefix("sm_").removeprefix("compute_").replace(".", "")
+        if not tok:
+            continue
+        if not _ARCH.match(tok):
+            raise ValueError(f"EVPACK_CUDA_ARCHS: {tok!r} is not an SM version such as '90' or '90a' (got {spec!r})")
+        if tok not in archs:
+            archs.append(tok)
+    if not archs:
+        raise ValueError(f"EVPACK_CUDA_ARCHS: expected SM versions such as '80;89;90;90a', got {spec!r}")
+    return archs
+
+
+def is_arch_specific(arch: str) -> bool:
+    return not arch.isdigit()
+
+
+def gencode_flags(archs: Iterable[str]) -> list[str]:
+    """One SASS per arch: '90a' -> -gencode=arch=compute_90a,code=sm_90a."""
+    return [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+
+
+def variant_archs(variant, archs: list[str]) -> tuple[str, ...]:
+    """The archs of `archs` that `variant` (a registry.Variant) is compiled for.
+
+    A variant that names its archs (Variant.archs, e.g. ("90a",)) gets those of them that are in the
+    list, possibly none; any other variant gets the plain archs of the list, or, when the list holds
+    only arch-specific targets, those.
+    """
+    if variant.archs:
+        return tuple(a for a in archs if a in variant.archs)
+    plain = [a for a in archs if not is_arch_specific(a)]
+    return tuple(plain or archs)
 
 
 def instantiation_name(variant: str, dtype: str, head_dim: int) -> str:

@@ -53,8 +53,20 @@ class Variant:
     expect_caught_by: str = ""
     dtypes: tuple[str, ...] = DTYPES
     head_dims: tuple[int, ...] = HEAD_DIMS
-    # SM targets this variant is built for ("90a" = sm_90a); () = the build's default archs.
+    # Targets the variant can only be built for, as EVPACK_CUDA_ARCHS spells them (e.g. ("90a",):
+    # wgmma/setmaxnreg exist on the arch-specific sm_90a target alone). Empty: every plain arch of
+    # the build. The build compiles such a variant for these archs only, in objects of its own.
     archs: tuple[str, ...] = ()
+
+    @property
+    def arch_specific(self) -> bool:
+        return bool(self.archs)
+
+    def runs_on(self, capability: tuple[int, int]) -> bool:
+        """Whether a device of this compute capability can run the variant's archs (any, if none)."""
+        if not self.archs:
+            return True
+        return any(arch_capability(a) == tuple(capability) for a in self.archs)
 
     def targets(self, arch: str) -> bool:
         """Whether `arch` (as ptxas/cuobjdump name it: "sm_90a") is one this variant is built for."""
@@ -68,6 +80,12 @@ class Variant:
                 return cfg
         known = ", ".join(c.name for c in self.configs)
         raise ValueError(f"config: unknown config {name!r} for variant {self.name!r} (known: {known})")
+
+
+def arch_capability(arch: str) -> tuple[int, int]:
+    """'90a' -> (9, 0): the one device generation an arch-specific target runs on."""
+    digits = arch.rstrip("af")
+    return int(digits[:-1]), int(digits[-1])
 
 
 def _canary(name: str, source: str, kind: str, description: str, caught_by: str) -> Variant:
@@ -105,6 +123,19 @@ VARIANTS: tuple[Variant, ...] = (
         configs=(_cfg(128, 64, 4, 2), _cfg(64, 64, 4, 2), _cfg(128, 64, 8, 2)),
         description="FlashAttention-2 design on mma.sync m16n8k16 + ldmatrix: Q and P in registers, "
         "online exp2 softmax in registers, cp.async K/V ring, XOR-swizzled shared memory",
+    ),
+    Variant(
+        name="wgmma",
+        kind="tensor",
+        source="csrc/variants/wgmma.cuh",
+        # 12 warps = 1 producer warpgroup + 2 consumer warpgroups of 64 rows: 128-row Q tiles divide
+        # S=512; 128-key tiles, 4 per head at S=512; a 2-deep K/V ring (the most that fits at D=128
+        # beside two Q tiles and the O tile). 64-key tiles with a 4-deep ring lost (bench/NOTES.md).
+        configs=(_cfg(128, 128, 12, 2),),
+        description="FlashAttention-3 design for sm_90a: a TMA producer warp, K/V ring on mbarriers, "
+        "two consumer warpgroups on wgmma (Q.K^T from shared memory, P.V with P in registers), "
+        "setmaxnreg 24/240, exp2 softmax overlapped with the previous tile's P.V",
+        archs=("90a",),
     ),
 )
 
