@@ -162,3 +162,15 @@ def test_forced_spills_make_the_ptxas_command_exit_non_zero(tmp_path):
     assert "requirement partial: NOT met by evidence:failed" in out.stdout
     pj = json.loads(next((tmp_path / "packs").glob("2*/pack.json")).read_text())
     assert pj["gates"]["ptxas_resources"]["status"] == "fail"
+
+
+def test_dispatch_table_check_and_refusals(tmp_path, fake_env):
+    ok = run_cli("dispatch-table", FULL.name, "--check")
+    assert ok.returncode == 0 and "up to date" in ok.stdout
+    stale = tmp_path / "table.json"
+    stale.write_text("{}\n")
+    assert run_cli("dispatch-table", FULL.name, "--check", "--out", str(stale)).returncode == 1
+    env = fake_env({})
+    pack = fake_pack(tmp_path / "packs")
+    refused = run_cli("dispatch-table", str(pack), "--out", str(tmp_path / "t.json"), env=env)
+    assert refused.returncode == 2 and refused.stderr.startswith("error:") and not (tmp_path / "t.json").exists()

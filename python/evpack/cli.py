@@ -144,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--format", choices=("text", "json"), default="text")
     h.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write the trend as a PNG")
     h.add_argument("--force", action="store_true", help="replace an existing --plot file")
+    dt = sub.add_parser("dispatch-table", help="regenerate the default-kernel table from a reference pack",
+                        description="The table evpack.flash_attention(variant=None) picks from: per device and shape "
+                                    "class, the fastest variant/config that passed, from a complete pack's benchmark.")
+    _pack_arg(dt, nargs=None)
+    dt.add_argument("--out", type=Path, default=None,
+                    help="where to write the table (default: python/evpack/dispatch_table.json)")
+    dt.add_argument("--check", action="store_true", help="only compare with the committed table (exit 1 if stale)")
     rs = sub.add_parser("_run-stage")  # internal: the isolated process of one GPU stage (not listed)
     rs.add_argument("stage")
     rs.add_argument("--pack", type=Path, required=True)
@@ -305,6 +312,27 @@ def cmd_history(args) -> int:
     return 0
 
 
+def cmd_dispatch_table(args) -> int:
+    from .dispatch import TABLE_PATH, DispatchTableError, generate_table, table_text, write_table
+    from .verify import verify_all
+
+    pack = resolve_pack(args.pack)
+    problems, _ = verify_all(pack)
+    if problems:
+        raise PackError(f"{pack.name} does not verify ({problems[0]}): no table is made from it")
+    try:
+        table = generate_table(pack)
+    except DispatchTableError as exc:
+        raise PackError(str(exc)) from None
+    if args.check:
+        current = (args.out or TABLE_PATH).read_text(encoding="utf-8") if (args.out or TABLE_PATH).is_file() else ""
+        stale = current != table_text(table)
+        print(f"{args.out or TABLE_PATH}: {'stale' if stale else 'up to date'} against {pack.name}")
+        return 1 if stale else 0
+    print(f"WROTE {write_table(table, args.out)}")
+    return 0
+
+
 def dispatch(args) -> int:
     if args.cmd == "evidence":
         return cmd_evidence(args, parse_stages(args.stages))
@@ -322,7 +350,7 @@ def dispatch(args) -> int:
         run_inline(args.stage, args.pack, REPO, json.loads(args.options), stages=args.stage_package)
         return 0
     return {"verify": cmd_verify, "label": cmd_label, "report": cmd_report, "env": cmd_env,
-            "compare": cmd_compare, "history": cmd_history}[args.cmd](args)
+            "compare": cmd_compare, "history": cmd_history, "dispatch-table": cmd_dispatch_table}[args.cmd](args)
 
 
 class _StdoutHandler(logging.StreamHandler):
