@@ -18,12 +18,21 @@ Canary kernels are in the table, but their results go under data["canaries"], no
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 
 from .. import registry
 from ..parsers import occupancy, ptxas, symbols
-from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json
+from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, worst, write_json
+from .kernel_rows import (
+    load_built_kernels,
+    registry_variant,
+    required_archs,
+    split_canaries,
+    split_off_target,
+    summary_counts,
+    unknown_built,
+    write_csv,
+)
 
 NAME = "ptxas"
 NEEDS_GPU = False
@@ -40,92 +49,6 @@ ROW_KEYS = (
     "occ_limit_warps", "occ_limit_registers", "occ_limit_smem", "occ_limit_blocks", "occ_limit_barriers",
     "occ_smem_per_block_bytes", "status", "reason",
 )
-
-
-# ---- shared with the SASS stage ---------------------------------------------------------
-
-def load_built_kernels(pack_dir: Path) -> tuple[dict | None, str]:
-    """build/kernels.json as {(variant, config, dtype, head_dim): row}; (None, why) when unusable."""
-    path = pack_dir / "build" / "kernels.json"
-    if not path.exists():
-        return None, "build/kernels.json is missing (the build did not finish)"
-    try:
-        rows = read_json(path)
-        out = {}
-        for r in rows:
-            out[(r["variant"], r["config"], r["dtype"], int(r["head_dim"]))] = r
-        return out, ""
-    except (ValueError, KeyError, TypeError) as e:
-        return None, f"build/kernels.json is unreadable: {e}"
-
-
-def unknown_built(built: dict) -> list[str]:
-    """kernels.json entries that name no registry kernel."""
-    grid = {(v.name, c.name, dt, d) for v, c, dt, d in registry.kernel_grid(include_canaries=True)}
-    return [f"{k[0]}/{k[1]}/{k[2]}/d{k[3]}" for k in built if k not in grid]
-
-
-def split_canaries(rows: list[dict], tool: str) -> tuple[list[dict], list[dict]]:
-    """(non-canary rows, one entry per canary variant in the form the canary matrix reads:
-    {name, tool, expected, caught, observed, reason, status, kernels}). `caught`: this gate fired."""
-    main, can = [], {}
-    for r in rows:
-        if r.get("canary"):
-            can.setdefault(r["variant"], []).append(r)
-        else:
-            main.append(r)
-    out = []
-    for name, rs in can.items():
-        st = worst(r["status"] for r in rs)
-        bad = [f"{r['arch']}: {r['reason']}" for r in rs if r["status"] != PASS]
-        target = registry.get(name, include_canaries=True).expect_caught_by
-        out.append({"name": name, "tool": tool, "expected": f"caught by {target}, not by {tool}",
-                    "caught": st == FAIL, "status": st,
-                    "observed": bad[0] if bad else f"{len(rs)} kernel x arch rows pass",
-                    "reason": "; ".join(bad), "kernels": rs})
-    return main, out
-
-
-def _variant(name: str) -> registry.Variant | None:
-    try:
-        return registry.get(name, include_canaries=True)
-    except ValueError:
-        return None
-
-
-_ARCH_SPECIFIC = re.compile(r"^sm_\d+[af]$")  # sm_90a, sm_100a, sm_100f: targets only some variants need
-
-
-def required_archs(variant: str, archs) -> list[str]:
-    """Of the archs an extension was compiled for, those a kernel of `variant` must have a row on: its registry
-    `archs` when it declares some; else every arch but the arch-specific ones (sm_90a), which are added for
-    the variants that declare them (a build whose only archs are arch-specific requires those)."""
-    var = _variant(variant)
-    if var is not None and var.archs:
-        return [a for a in archs if var.targets(a)]
-    plain = [a for a in archs if not _ARCH_SPECIFIC.match(a)]
-    return plain or list(archs)
-
-
-def split_off_target(rows: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(rows on archs their variant is built for, the others). A variant with registry `archs` (e.g. 90a)
-    may still be compiled for the extension's other archs as a stub; those rows prove nothing either way."""
-    keep, off = [], []
-    for r in rows:
-        var = _variant(r["variant"]) if r["variant"] else None
-        if var is not None and not var.targets(r["arch"]):
-            off.append({**r, "status": SKIPPED,
-                        "reason": f"not a target arch of {var.name} (archs {', '.join(var.archs)}): decides nothing"})
-        else:
-            keep.append(r)
-    return keep, off
-
-
-def summary_counts(rows: list[dict]) -> dict:
-    out = {"rows": len(rows)}
-    for s in (PASS, FAIL, ERROR, SKIPPED):
-        out[s] = sum(1 for r in rows if r["status"] == s)
-    return out
 
 
 # ---- evaluation ------------------------------------------------------------------------
@@ -243,7 +166,7 @@ def evaluate(pack_dir: Path) -> tuple[StageOutcome, list[dict]]:
         failures += [f"build/kernels.json names a kernel outside the registry: {u}" for u in unknown_built(built)]
         have = {((r["variant"], r["config"], r["dtype"], r["head_dim"]), r["arch"]) for r in rows if r["variant"]}
         for key, k in built.items():
-            var = _variant(key[0])
+            var = registry_variant(key[0])
             # the archs of its extension's logs (logs that name no extension: the archs of those)
             expected = module_archs.get(k.get("module")) or module_archs.get("") or archs
             for a in required_archs(key[0], expected):
@@ -284,17 +207,6 @@ def run(ctx: StageContext) -> None:
     outcome, rows = evaluate(ctx.pack_dir)
     write_json(ctx.dir / "table.json", {"schema_version": SCHEMA_VERSION, "columns": list(ROW_KEYS), "rows": rows})
     write_csv(ctx.dir / "table.csv", pd.DataFrame(rows, columns=list(ROW_KEYS)))
-
-
-def write_csv(path: Path, df) -> None:
-    """Atomic CSV write; integer columns with gaps stay integers (pandas nullable Int64)."""
-    for col in df.columns:
-        vals = df[col].dropna()
-        if len(vals) and all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
-            df[col] = df[col].astype("Int64")
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:

@@ -25,7 +25,7 @@ from pathlib import Path
 from .. import binary, registry, tools
 from ..parsers import sass, symbols
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
-from .ptxas import (
+from .kernel_rows import (
     load_built_kernels,
     required_archs,
     split_canaries,
