@@ -173,11 +173,13 @@ def _extensions_and_cmdclass():
         )
     common = list(getattr(cpp, "COMMON_NVCC_FLAGS", []))  # torch's own nvcc flags (no half operators, ...)
 
-    def compile_own(src: str, mine: tuple[str, ...], build_temp: str) -> str:
-        """nvcc (through nvcc-log, so its PTXAS report is kept) for one arch-specific object."""
+    def compile_own(src: str, mine: tuple[str, ...], build_temp: str, ext_name: str) -> str:
+        """nvcc (through nvcc-log, so its PTXAS report is kept) for one arch-specific object. The extension's
+        name is defined as torch's rules define it, so the PTXAS report says which extension it belongs to."""
         obj = Path(build_temp) / (src[: -len(".cu")] + ".o")
         obj.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [os.environ["PYTORCH_NVCC"], "-c", src, "-o", str(obj), *common, *NVCC_FLAGS,
+        cmd = [os.environ["PYTORCH_NVCC"], "-c", src, "-o", str(obj), *common, f"-DTORCH_EXTENSION_NAME={ext_name}",
+               *NVCC_FLAGS,
                *buildgen.gencode_flags(mine), "-Xcompiler", "-fPIC", *[f"-I{d}" for d in include_dirs],
                *extra_flags]
         stamp = obj.with_suffix(".o.cmd")
@@ -213,7 +215,8 @@ def _extensions_and_cmdclass():
             try:
                 jobs = max(1, int(os.environ.get("MAX_JOBS", "") or os.cpu_count() or 1))
                 with ThreadPoolExecutor(max_workers=jobs) as pool:
-                    objs = list(pool.map(lambda sm: compile_own(sm[0], sm[1], self.build_temp), own_objects[key]))
+                    objs = list(pool.map(lambda sm: compile_own(sm[0], sm[1], self.build_temp, key),
+                                         own_objects[key]))
                 ext.extra_objects = [o for o in (ext.extra_objects or []) if o not in objs] + objs
                 super().build_extension(ext)
             finally:
