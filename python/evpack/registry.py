@@ -57,6 +57,12 @@ class Variant:
     # wgmma/setmaxnreg exist on the arch-specific sm_90a target alone). Empty: every plain arch of
     # the build. The build compiles such a variant for these archs only, in objects of its own.
     archs: tuple[str, ...] = ()
+    # The output is stored by the TMA engine (cp.async.bulk.tensor). compute-sanitizer's initcheck does
+    # not record those stores as writes (seen on the H200, 2026-11-22: 7872 "uninitialized" host reads of
+    # an output the oracles prove fully written), so this variant's initcheck cells run with
+    # --check-api-memory-access no: device-side reads are still checked; "every element written" is the
+    # correctness and stability stages' NaN poison.
+    tma_output: bool = False
 
     @property
     def arch_specific(self) -> bool:
@@ -136,6 +142,7 @@ VARIANTS: tuple[Variant, ...] = (
         "two consumer warpgroups on wgmma (Q.K^T from shared memory, P.V with P in registers), "
         "setmaxnreg 24/240, exp2 softmax overlapped with the previous tile's P.V",
         archs=("90a",),
+        tma_output=True,
     ),
 )
 
