@@ -60,14 +60,21 @@ def test_choices_agree_with_the_pack_benchmark():
             assert r["status"] == "ok" and r["max_abs_err"] <= r["err_bound"]
 
 
+def _entry(table: dict, dtype: str, head_dim: int, causal: bool, size: str) -> tuple[str, str]:
+    c = next(c for c in table["devices"][0]["choices"]
+             if (c["dtype"], c["head_dim"], c["causal"], c["size"]) == (dtype, head_dim, causal, size))
+    return c["variant"], c["config"]
+
+
 def test_pick_by_device_and_shape_class():
     table = _committed()
     pick = dispatch.pick
-    assert pick(table, **H200, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16)[:2] == ("mma", "m64n64w4s2")
+    assert pick(table, **H200, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16)[:2] == \
+        _entry(table, "fp16", 64, False, "large")
     # same capability, another name: the capability's row
     h100 = dict(H200, device_name="NVIDIA H100 80GB HBM3")
     assert pick(table, **h100, dtype="fp16", head_dim=128, causal=False, batch=16, heads=16)[:2] == \
-        ("mma", "m128n64w4s2")
+        _entry(table, "fp16", 128, False, "large")
     # no row for this device, or for this class (bf16 small: the pack has no such shape): the registry default
     a100 = dict(H200, device_name="NVIDIA A100", capability="8.0", sm_count=108)
     default = dispatch.fallback()
@@ -126,16 +133,17 @@ def test_explicit_variant_wins_and_config_alone_is_refused():
 
 def test_choice_is_a_constant_under_torch_compile(monkeypatch):
     monkeypatch.setattr(api, "_device", lambda index: ("NVIDIA H200", "9.0", 132))
-    assert api._choice(0, "fp16", 64, True, 16, 16) == ("mma", "m64n64w4s2")
+    table = _committed()
+    assert api._choice(0, "fp16", 64, True, 16, 16) == _entry(table, "fp16", 64, True, "large")
     fn = torch.compile(lambda x: x + len(api._choice(0, "fp16", 128, False, 16, 16)[1]), fullgraph=True)
-    assert fn(torch.zeros(2)).tolist() == [len("m128n64w4s2")] * 2
+    assert fn(torch.zeros(2)).tolist() == [len(_entry(table, "fp16", 128, False, "large")[1])] * 2
 
 
 def test_default_follows_a_regenerated_table(tmp_path, monkeypatch):
     """Re-pointing the table (as a new reference pack will) changes the default; nothing is hard-coded."""
     table = _committed()
     for c in table["devices"][0]["choices"]:
-        c["config"] = "m128n64w8s2"
+        c["variant"], c["config"] = "mma", "m128n64w8s2"
     path = dispatch.write_table(table, tmp_path / "t.json")
     monkeypatch.setattr(dispatch, "TABLE_PATH", path)
     monkeypatch.setattr(api, "_device", lambda index: ("NVIDIA H200", "9.0", 132))
