@@ -85,3 +85,56 @@ def test_complete_full_suite_pack_meets_the_must_reach_targets():
     for d, t in ((64, "bf16"), (128, "fp16"), (128, "bf16")):
         ours, sdpa = _best(rows, base.format(d=d, t=t, c=0))
         assert sdpa["flash"] / ours >= 0.8, (d, t, ours, sdpa["flash"])
+
+
+NEWEST = PACKS[-1]
+SIGNERS = REPO / "artifacts" / "reference" / "allowed_signers"
+
+
+def _verify_cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "evpack", "verify", *args], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+
+
+def test_newest_reference_pack_is_signed_by_an_allowed_signer():
+    """Issue 14's acceptance: the newest H200 pack passes --require-signature against the committed key."""
+    import shutil
+
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("ssh-keygen (OpenSSH) is not installed: signatures cannot be checked here")
+    ok = _verify_cli(str(NEWEST), "--allowed-signers", str(SIGNERS), "--require-signature")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "provenance: signed by evpack-reference-h200" in ok.stdout
+
+
+def test_a_rehashed_forgery_of_the_newest_pack_and_an_unsigned_older_pack_are_refused(tmp_path):
+    import shutil
+
+    from evpack.pack import write_index
+
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("ssh-keygen (OpenSSH) is not installed: signatures cannot be checked here")
+    forged = tmp_path / NEWEST.name
+    shutil.copytree(NEWEST, forged)
+    env = json.loads((forged / "env.json").read_text())
+    env["gpu_name"] = "NVIDIA B200"
+    (forged / "env.json").write_text(json.dumps(env, indent=2) + "\n")
+    write_index(forged)
+    bad = _verify_cli(str(forged), "--allowed-signers", str(SIGNERS), "--require-signature")
+    assert bad.returncode == 1 and "MISMATCH provenance digest: index.json" in bad.stdout, bad.stdout
+    old = _verify_cli(str(PACKS[0]), "--allowed-signers", str(SIGNERS), "--require-signature")
+    assert old.returncode == 1 and "MISMATCH signature: unsigned pack" in old.stdout
+
+
+def test_newest_reference_pack_holds_the_evidence_the_issues_ask_for():
+    pj = json.loads((NEWEST / "pack.json").read_text())
+    assert pj["schema_version"] == 2 and pj["label"] == "evidence:complete"
+    comment = (NEWEST / "comment.md").read_text()
+    assert len(comment) <= 10_000 and "evidence:complete" in comment
+    ab = json.loads((NEWEST / "bench" / "ab.json").read_text())
+    assert ab["status"] == "pass" and ab["base_commit"].startswith("965ad1b") and not ab["regressions"]
+    canaries = json.loads((NEWEST / "canaries" / "outcome.json").read_text())["data"]["matrix"]
+    assert len(canaries) >= 13 and all(c["caught"] for c in canaries)
