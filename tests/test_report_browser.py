@@ -62,17 +62,17 @@ def browser_exe():
 NEWEST = sorted(p for p in (REPO / "artifacts" / "reference").glob("2*") if (p / "index.json").exists())[-1]
 
 
-@pytest.mark.parametrize("which", ["rerendered-2026-11-21-pack", "newest-pack-as-committed"])
-def test_report_html_in_headless_chromium(browser_exe, tmp_path, which):
+@pytest.mark.parametrize("case", ["rerendered-2026-11-21-pack", "newest-pack-as-committed"])
+def test_report_html_in_headless_chromium(browser_exe, tmp_path, case):
     import re
 
-    if which == "newest-pack-as-committed":  # the report.html a run of this code wrote into its pack
+    if case == "newest-pack-as-committed":  # the report.html a run of this code wrote into its pack
         html = NEWEST / "report.html"
     else:
         html = write_reports(PACK, tmp_path / "report", environ={}).html
     profile = tmp_path / "profile"
     profile.mkdir()
-    shot = tmp_path / f"report-first-screen-{which}.png"
+    shot = tmp_path / f"report-first-screen-{case}.png"
     with Browser(browser_exe, profile, SCREEN, SCREEN) as b:
         b.open(html.resolve().as_uri())
         # The images are data: URIs; wait until every one has decoded (or failed).
@@ -93,7 +93,7 @@ def test_report_html_in_headless_chromium(browser_exe, tmp_path, which):
     assert r["details"] >= 5
     assert "<details>" not in r["open_text"] and "Per shape (graph mode)" in r["open_text"]
 
-    source = NEWEST if which == "newest-pack-as-committed" else PACK
+    source = NEWEST if case == "newest-pack-as-committed" else PACK
     assert len(r["images"]) == len(list((source / "bench").glob("*.png"))) >= 3, r["images"]
     for img in r["images"]:
         assert img["complete"] and img["natural"] > 0, img
