@@ -29,8 +29,8 @@ from common import DTYPES, default_scale, make_qkv, reference, torch_same_precis
 
 from evpack import registry  # noqa: E402
 from evpack.api import _extension, check_inputs  # noqa: E402
-from evpack.bench import baselines, harness, roofline  # noqa: E402
-from evpack.bench.stats import StopRule  # noqa: E402
+from evpack.timing import baselines, harness, roofline  # noqa: E402
+from evpack.timing.stats import StopRule  # noqa: E402
 
 ODD_SEQS = (1, 77, 128, 512, 513, 1000)
 TIMED = (  # (B, H, S, D, dtype, causal): the targets at S=512

@@ -15,9 +15,9 @@ pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
 
-from evpack.bench import ab, harness  # noqa: E402
-from evpack.bench.stats import StopRule  # noqa: E402
-from evpack.bench.suites import Shape, SuiteShape, load_suite  # noqa: E402
+from evpack.timing import ab, harness  # noqa: E402
+from evpack.timing.stats import StopRule  # noqa: E402
+from evpack.timing.suites import Shape, SuiteShape, load_suite  # noqa: E402
 
 RULE = StopRule(warmup=2, min_samples=30, floor_samples=10, max_samples=600, time_cap_s=0.3, min_time_s=0.1,
                 graph_calls=8)
@@ -34,8 +34,8 @@ def _head_so() -> Path:
 def test_two_copies_in_one_shape_runner(tmp_path):
     """A copy of the head's .so loaded as the base: both timed in the same rounds, both re-checked."""
     from evpack.api import flash_attention
-    from evpack.bench import ab_runner
-    from evpack.bench.shape_runner import ShapeRunner
+    from evpack.timing import ab_runner
+    from evpack.timing.shape_runner import ShapeRunner
 
     copy = tmp_path / "base" / _head_so().name
     copy.parent.mkdir()

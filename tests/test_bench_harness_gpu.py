@@ -7,9 +7,9 @@ pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
 
-from evpack.bench import baselines, ceilings, harness, summary  # noqa: E402
-from evpack.bench.stats import StopRule  # noqa: E402
-from evpack.bench.suites import Shape, SuiteShape, load_suite  # noqa: E402
+from evpack.timing import baselines, ceilings, harness, summary  # noqa: E402
+from evpack.timing.stats import StopRule  # noqa: E402
+from evpack.timing.suites import Shape, SuiteShape, load_suite  # noqa: E402
 
 RULE = StopRule(warmup=2, min_samples=10, floor_samples=5, max_samples=300, time_cap_s=0.2, graph_calls=4)
 
@@ -45,7 +45,7 @@ def test_ceilings_and_kernel_names():
 
 def test_shape_runner_with_sdpa_as_our_op(tmp_path):
     """The whole per-shape path, with SDPA standing in for the custom op (no extension needed)."""
-    from evpack.bench.shape_runner import ShapeRunner
+    from evpack.timing.shape_runner import ShapeRunner
 
     def op(q, k, v, *, causal=False, variant="wmma", config=None):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)

@@ -11,12 +11,12 @@ import json
 import numpy as np
 import pytest
 
-from evpack.bench import baselines, clocks, plots
-from evpack.bench import ceilings as ceil_mod
-from evpack.bench import summary as sm
-from evpack.bench.suites import Shape
 from evpack.stages import bench as stage
 from evpack.stages.base import ERROR, FAIL, PASS, SKIPPED, write_json, write_text
+from evpack.timing import baselines, clocks, plots
+from evpack.timing import ceilings as ceil_mod
+from evpack.timing import summary as sm
+from evpack.timing.suites import Shape
 
 CANON = Shape(16, 16, 512, 64)
 SWEEP = [Shape(32, 16, 256, 64), CANON, Shape(8, 16, 1024, 64)]

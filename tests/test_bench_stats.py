@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from evpack.bench.stats import StopRule, median_ci_ranks, quantile, rel_iqr, spread, stop_reason
+from evpack.timing.stats import StopRule, median_ci_ranks, quantile, rel_iqr, spread, stop_reason
 
 
 def test_quantile_matches_numpy_linear():

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from evpack import registry
-from evpack.bench import integrity
 from evpack.parsers.ncu import MARKER_KERNEL, parse_ncu_csv, split_at_markers
 from evpack.stages import bench as bench_stage
 from evpack.stages import canaries as canaries_stage
 from evpack.stages import correctness, stability, tensor_proof
 from evpack.stages.base import ERROR, FAIL, PASS, SKIPPED, read_json, write_json
+from evpack.timing import integrity
 
 FIX = Path(__file__).parent / "fixtures" / "cheats"
 REPO = Path(__file__).resolve().parents[1]
@@ -226,7 +226,7 @@ def test_drain_l2_and_timed_output_rules_apply_to_our_rows():
 
 
 def test_the_side_stream_canary_recorded_on_h200_is_caught_and_an_honest_record_is_not(tmp_path):
-    from evpack.bench.ceilings import rates
+    from evpack.timing.ceilings import rates
 
     d = tmp_path / "bench"
     shutil.copytree(FIX / "bench", d)
@@ -259,7 +259,7 @@ def test_canaries_run_last_but_keep_their_place_in_the_pack_and_report():
 def test_the_bench_refill_keeps_the_pointers_and_changes_every_value():
     import torch
 
-    from evpack.bench.shape_runner import refill_in_place
+    from evpack.timing.shape_runner import refill_in_place
 
     qkv = tuple(torch.zeros(2, 3, 17, 64, dtype=torch.float16) for _ in range(3))
     ptrs = [t.data_ptr() for t in qkv]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from evpack.bench import compare as cmp
+from evpack.timing import compare as cmp
 
 SHAPE = "B=16,H=16,S=512,D=64,dtype=fp16,causal=0"
 

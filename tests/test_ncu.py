@@ -97,7 +97,7 @@ def _queried_metric_names() -> set[str]:
 
 
 def test_every_collected_metric_exists_on_the_h200():
-    from evpack.ncu import METRICS
+    from evpack.parsers.ncu import METRICS
 
     names = _queried_metric_names()
     missing = [m for m in METRICS if m.rsplit(".", 1)[0] not in names]
@@ -105,7 +105,7 @@ def test_every_collected_metric_exists_on_the_h200():
 
 
 def test_executed_flops_cover_the_wgmma_path():
-    from evpack.ncu import GENERIC_TENSOR_OPS_METRICS, HGMMA_OPS_METRICS, TENSOR_OPS_METRICS
+    from evpack.parsers.ncu import GENERIC_TENSOR_OPS_METRICS, HGMMA_OPS_METRICS, TENSOR_OPS_METRICS
 
     names = _queried_metric_names()
     hgmma = {m.rsplit(".", 1)[0] for m in HGMMA_OPS_METRICS}

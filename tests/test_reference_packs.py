@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evpack.bench import compare
+from evpack.timing import compare
 from evpack.verify import verify_pack
 
 REPO = Path(__file__).resolve().parents[1]

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from evpack.bench import roofline as rl
-from evpack.bench.suites import Shape
+from evpack.timing import roofline as rl
+from evpack.timing.suites import Shape
 
 CANON = Shape(16, 16, 512, 64, "fp16", False)
 

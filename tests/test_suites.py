@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from evpack.bench.suites import MODES, Shape, SuiteError, load_suite, parse_shape, parse_suite, with_adhoc
+from evpack.timing.suites import MODES, Shape, SuiteError, load_suite, parse_shape, parse_suite, with_adhoc
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _baseline(args, selected):
     """--baseline / --self-check checked before any stage runs (BaselineError: exit 2); None without them."""
-    from .bench.baseline_build import BaselineError, validate
+    from .timing.baseline_build import BaselineError, validate
     from .stages.order import STAGE_ORDER, with_dependencies
 
     spec = validate(REPO, args.baseline, args.self_check)
@@ -174,7 +174,7 @@ def cmd_evidence(args, selected) -> int:
     import contextlib
 
     from .attest import SigningFailed
-    from .bench.baseline_build import prepared_baseline
+    from .timing.baseline_build import prepared_baseline
     from .evidence import gpu_available, run_evidence
     from .verify import verify_all
 
@@ -266,7 +266,7 @@ def cmd_env(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .bench.compare import CompareInputError, compare_rows, exit_code, load, regressions, render
+    from .timing.compare import CompareInputError, compare_rows, exit_code, load, regressions, render
 
     def bench_of(arg: str) -> Path:  # a pack, its bench/ folder or a summary.json; or a pack id / 'latest'
         return Path(arg) if Path(arg).exists() else resolve_pack(arg)

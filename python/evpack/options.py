@@ -59,7 +59,7 @@ def parse_variants(text: str | None) -> list[str] | None:
 
 
 def check_suite(repo: Path, suite: str, shapes: list[str]) -> None:
-    from .bench.suites import SuiteError, load_suite, with_adhoc
+    from .timing.suites import SuiteError, load_suite, with_adhoc
 
     if suite not in SUITES:
         raise PackError(f"--suite: unknown suite {suite!r} (known: {', '.join(SUITES)})")

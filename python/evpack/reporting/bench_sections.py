@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..bench import ceilings as ceilings_mod
-from ..bench.baselines import BACKENDS, classify_kernels
-from ..bench.compare import compare_rows
-from ..bench.compare import render as render_diff
+from ..timing import ceilings as ceilings_mod
+from ..timing.baselines import BACKENDS, classify_kernels
+from ..timing.compare import compare_rows
+from ..timing.compare import render as render_diff
 
 SKIP_MARK = {"unsupported": "unsupported", "skipped": "skipped", "error": "error", "fail": "FAIL"}
 
@@ -120,7 +120,7 @@ def render(stage_dir: Path, outcome, *, leaderboard: bool = True) -> str:
     summary = _load(stage_dir / "summary.json")
     run = _load(stage_dir / "run.json") or {}
     lines = ["## Benchmark", "", f"**Status: {outcome.status}** — {outcome.reason}", ""]
-    from ..bench.ab_stage import report_section  # the same-run A/B against the base: first
+    from ..timing.ab_stage import report_section  # the same-run A/B against the base: first
 
     ab_md = report_section(stage_dir)
     if ab_md:

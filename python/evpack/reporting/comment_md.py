@@ -86,7 +86,7 @@ def _ab(view: PackView) -> list[str]:
     """The A/B against the base commit (bench/ab.json): its tally and the rows of ours that are SLOWER."""
     import json
 
-    from ..bench import ab
+    from ..timing import ab
 
     path = view.dir / "bench" / ab.AB_FILE
     if not path.is_file():

@@ -10,7 +10,7 @@ run() writes into the stage folder:
   previous_summary.json  copy of the previous pack's summary (only with option previous_pack)
   ab.json, ab_samples.csv.gz, ab_binary.json, ab_build/
                          only with --baseline REF: REF's build, its samples and the A/B verdicts
-                         (evpack.bench.ab_stage; REF's rows are timed in the same rounds as ours)
+                         (evpack.timing.ab_stage; REF's rows are timed in the same rounds as ours)
   bench.log, *.png       progress log and plots
   integrity.json         what the timing-integrity checks cost (harness: persisting-L2 reset, drain)
   canary_bench.json      the impossible-speed canary timed through the same harness
@@ -26,11 +26,11 @@ import os
 import time
 from pathlib import Path
 
-from ..bench import ab, ab_stage, plots
-from ..bench import summary as sm
-from ..bench.compare import compare_rows, regressions
-from ..bench.suites import ADHOC, Suite, load_suite, with_adhoc
 from ..model import PackFacts
+from ..timing import ab, ab_stage, plots
+from ..timing import summary as sm
+from ..timing.compare import compare_rows, regressions
+from ..timing.suites import ADHOC, Suite, load_suite, with_adhoc
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
 
 NAME = "bench"
@@ -66,7 +66,7 @@ def _copy_previous(options: dict, stage_dir: Path) -> dict:
     prev = options.get("previous_pack")
     if not prev:
         return {}
-    from ..bench.compare import CompareInputError, load
+    from ..timing.compare import CompareInputError, load
 
     try:
         data = load(Path(prev))
@@ -93,9 +93,9 @@ def _run(ctx: StageContext, t_start: float) -> None:
     import torch
 
     from ..api import flash_attention  # loads the extension
-    from ..bench import ceilings, clocks, harness
-    from ..bench.shape_runner import ShapeRunner
     from ..binary import loaded_binary
+    from ..timing import ceilings, clocks, harness
+    from ..timing.shape_runner import ShapeRunner
 
     opts = ctx.options
     suite = resolve_suite(opts, ctx.repo)
@@ -190,7 +190,7 @@ def _with_ab(stage_dir: Path, data: dict, reason: str, rows: list[dict], samples
 
 def _write_integrity(stage_dir: Path, records: list[dict]) -> None:
     """What the integrity checks cost in this run (per batch, from the harness's own counters)."""
-    from ..bench import integrity
+    from ..timing import integrity
 
     ours = [r for r in records if r.get("timed_checks") is not None]
     resets = [r["l2_reset_us_per_batch"] for r in ours if r.get("l2_reset_us_per_batch") is not None]
@@ -209,9 +209,9 @@ def _run_canary(stage_dir: Path, stream) -> None:
     import torch
 
     from ..api import _extension, run_kernel
-    from ..bench import baselines, harness
-    from ..bench.stats import StopRule
-    from ..bench.suites import Shape
+    from ..timing import baselines, harness
+    from ..timing.stats import StopRule
+    from ..timing.suites import Shape
 
     shape = Shape(B=16, H=16, S=512, D=64, dtype="fp16", causal=False)
     rec = {"canary": CANARY, "shape": shape.key, "mode": "warm", "times_us": [], "error": None}
@@ -266,7 +266,7 @@ def registry_config(name: str) -> str:
 
 def canary_outcome(stage_dir: Path, rates: dict[str, float]) -> dict:
     """The canary matrix entry of the impossible-speed canary, judged by bench/integrity.py's rules."""
-    from ..bench import integrity
+    from ..timing import integrity
 
     entry = {"name": CANARY, "expected": f"error ({integrity.IMPOSSIBLE}) or fail", "caught": False}
     try:
@@ -288,7 +288,7 @@ def canary_outcome(stage_dir: Path, rates: dict[str, float]) -> dict:
 
 def _integrity_decision(rows: list[dict], rates: dict[str, float]) -> tuple[list[dict], str, str, dict]:
     """Rows judged by bench/integrity.py, and the status/reason that adds (PASS, '' when nothing broke)."""
-    from ..bench import integrity
+    from ..timing import integrity
 
     judged, summary = integrity.judge(rows, rates)
     if not summary["broken_rows"]:
@@ -336,7 +336,7 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         ceil, run_info = read_json(stage_dir / "ceilings.json"), read_json(stage_dir / "run.json")
         clk = read_json(stage_dir / "clocks.json")
         samples = sm.read_samples(stage_dir / sm.SAMPLES_FILE)
-        from ..bench.ceilings import rates
+        from ..timing.ceilings import rates
 
         meta = {k: written[k] for k in META_KEYS}
         records = sm.records_of(written)

@@ -332,13 +332,17 @@ def _opcode_table(rows: list[dict], arch: str) -> list[str]:
 
 
 def _first_lines(rows: list[dict], arch: str) -> list[str]:
-    lines = []
-    for r in sorted((r for r in rows if r["arch"] == arch and r["kind"] == "tensor"), key=_label):
+    """The first tensor-core instructions of each tensor kernel on `arch`, collapsed in one <details>."""
+    tensor_rows = sorted((r for r in rows if r["arch"] == arch and r["kind"] == "tensor"), key=_label)
+    if not tensor_rows:
+        return []
+    lines = [f"<details><summary>First tensor-core instructions of {len(tensor_rows)} kernels ({arch})</summary>", ""]
+    for r in tensor_rows:
         lines.append(f"First tensor-core instructions of {_label(r)} ({arch}):")
         lines.append("```")
         lines += [f"/*{q['address']}*/ {q['text']}" for q in r["first_tensor_lines"]] or ["(none)"]
         lines.append("```")
-    return lines
+    return lines + ["", "</details>"]
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:

@@ -4,7 +4,7 @@
 head (this checkout's extension) and the base (REF's extension, built from a git worktree),
 with the same inputs, L2 handling and SDPA calls in between. This module turns the two
 sides' raw samples into ab.json and is what `verify` re-runs, so it imports nothing but the
-standard library and evpack.bench.stats (math only).
+standard library and evpack.timing.stats (math only).
 
 The rule (RULE below; ab.json carries it verbatim):
   ratio  = median(head) / median(base)          (> 1: the head takes longer)
