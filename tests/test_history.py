@@ -102,7 +102,7 @@ def test_plot_writes_a_png(artifacts: Path, tmp_path: Path):
 def _main(args: list[str]) -> int:
     from evpack.cli import main
 
-    return main(["history", *args])
+    return main(["history", "--no-verify", *args])
 
 
 def test_main_exit_codes_and_output(artifacts: Path, tmp_path: Path, capsys):
@@ -127,3 +127,20 @@ def test_cli_entry_point(artifacts: Path):
                        capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert "20250104T000000Z-cccccccccccc" in r.stdout
+
+
+def test_history_verifies_by_default_and_shows_nothing_a_forged_pack_claims(artifacts: Path, tmp_path: Path):
+    """The synthetic packs of the fixture are pack.json files only: verified, none of them is a pack whose
+    label or speedup may be shown; the committed reference packs verify and are listed with theirs."""
+    env = {**os.environ}
+    r = subprocess.run([sys.executable, "-m", "evpack", "history", "--artifacts", str(artifacts), "--format", "json"],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["packs"]
+    assert rows and all(p["label"] is None and p["speedup"] is None for p in rows)
+    assert all("does not verify" in p["error"] or "unreadable" in p["error"] for p in rows)
+    real = subprocess.run([sys.executable, "-m", "evpack", "history", "--format", "json"], capture_output=True,
+                          text=True, timeout=300, cwd=REPO)
+    ref = [p for p in json.loads(real.stdout)["packs"] if p["source"] == "reference"]
+    assert ref and all(p["error"] is None and p["label"] for p in ref)
+    assert any(p["label"] == "evidence:complete" for p in ref)

@@ -144,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--format", choices=("text", "json"), default="text")
     h.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write the trend as a PNG")
     h.add_argument("--force", action="store_true", help="replace an existing --plot file")
+    h.add_argument("--no-verify", action="store_true",
+                   help="list what each pack.json claims without verifying the packs (faster)")
     dt = sub.add_parser("dispatch-table", help="regenerate the default-kernel table from a reference pack",
                         description="The table evpack.flash_attention(variant=None) picks from: per device and shape "
                                     "class, the fastest variant/config that passed, from a complete pack's benchmark.")
@@ -296,7 +298,16 @@ def cmd_history(args) -> int:
             raise PackError(f"--plot {args.plot}: inside a pack; a pack is never modified")
         if args.plot.exists() and not args.force:
             raise PackError(f"--plot {args.plot}: already exists; pass --force to replace")
-    rows = collect(args.artifacts)
+    from .pack import PackError as _NotAPack
+    from .verify import verify_all
+
+    def problems_of(pack: Path) -> list[str]:
+        try:
+            return verify_all(pack)[0]
+        except _NotAPack as exc:
+            return [str(exc)]
+
+    rows = collect(args.artifacts, verify=None if args.no_verify else problems_of)
     if args.format == "json":
         print(to_json(rows))
     elif rows:

@@ -118,11 +118,17 @@ def find_packs(artifacts: Path) -> list[tuple[Path, str]]:
     return found
 
 
-def collect(artifacts: Path) -> list[PackRow]:
-    """All packs, oldest first; a pack id present in both packs/ and reference/ is listed once."""
+def collect(artifacts: Path, verify=None) -> list[PackRow]:
+    """All packs, oldest first; a pack id present in both packs/ and reference/ is listed once.
+    With `verify(pack_dir) -> problems`, a pack that does not verify is listed with its first problem
+    and no label or speedup: nothing it claims is shown."""
     rows: dict[str, PackRow] = {}
     for d, source in find_packs(artifacts):
         row = read_pack(d, source)
+        problems = verify(d) if verify is not None and not row.error else []
+        if problems:
+            row = PackRow(row.pack_id, source, row.created, row.commit, row.dirty, row.gpu, None, None,
+                          error=f"does not verify ({len(problems)} mismatch(es)): {problems[0]}")
         if row.pack_id in rows and rows[row.pack_id].source != source:
             rows[row.pack_id] = PackRow(**{**asdict(rows[row.pack_id]), "source": "packs+reference"})
             continue
