@@ -163,8 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _baseline(args, selected):
     """--baseline / --self-check checked before any stage runs (BaselineError: exit 2); None without them."""
-    from .timing.baseline_build import BaselineError, validate
     from .stages.order import STAGE_ORDER, with_dependencies
+    from .timing.baseline_build import BaselineError, validate
 
     spec = validate(REPO, args.baseline, args.self_check)
     if spec is not None and "bench" not in with_dependencies(selected or STAGE_ORDER):
@@ -176,8 +176,8 @@ def cmd_evidence(args, selected) -> int:
     import contextlib
 
     from .attest import SigningFailed
-    from .timing.baseline_build import prepared_baseline
     from .evidence import gpu_available, run_evidence
+    from .timing.baseline_build import prepared_baseline
     from .verify import verify_all
 
     options = run_options(REPO, suite=args.suite, shapes=args.shapes, variants=args.variants,
