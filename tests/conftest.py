@@ -14,7 +14,7 @@ TESTS = REPO / "tests"
 FAKE = "fakestages"  # the stand-in stage package (tests/fakestages), passed as a parameter
 # CLI commands that take the stand-in stage package (hidden option --stage-package)
 _STAGE_PACKAGE_COMMANDS = {"evidence", "build", "ptxas", "sass", "tensor_proof", "sanitize", "correctness",
-                           "stability", "canaries", "bench", "oracles", "verify", "label"}
+                           "stability", "canaries", "bench", "oracles", "verify", "label", "report"}
 
 
 def _cuda_available() -> tuple[bool, str]:

@@ -175,3 +175,12 @@ def test_dispatch_table_check_and_refusals(tmp_path, fake_env):
     pack = fake_pack(tmp_path / "packs")
     refused = run_cli("dispatch-table", str(pack), "--out", str(tmp_path / "t.json"), env=env)
     assert refused.returncode == 2 and refused.stderr.startswith("error:") and not (tmp_path / "t.json").exists()
+
+
+def test_report_refuses_a_pack_that_does_not_verify(tmp_path, fake_env):
+    env = fake_env({})
+    pack = fake_pack(tmp_path / "packs")
+    forged = copy_pack(pack, tmp_path / "forged")
+    (forged / "env.json").write_text("{}\n")  # not re-hashed: a hash mismatch
+    out = run_cli("report", str(forged), "--out", str(tmp_path / "r"), env=env)
+    assert out.returncode == 1 and "does not verify" in out.stderr and not (tmp_path / "r").exists()

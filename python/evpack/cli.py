@@ -113,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     _pack_arg(r)
     r.add_argument("--out", type=Path, default=None, help="folder for the rendered files (outside any pack)")
     r.add_argument("--force", action="store_true", help="replace existing report files in --out")
+    r.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
     v = sub.add_parser("verify", help="re-hash and re-derive a pack; non-zero on any mismatch",
                        description="Re-hash every file, re-derive every stage, gate and label, compare decisions.",
                        epilog="exit status: 0 verified; 1 mismatches; 2 not a pack / bad input")
@@ -240,8 +241,14 @@ def cmd_label(args) -> int:
 def cmd_report(args) -> int:
     from .reporting.report_md import render_md
     from .reporting.write import write_reports
+    from .verify import verify_all
 
     pack = resolve_pack(args.pack)
+    problems, _ = verify_all(pack, stages=args.stage_package)
+    if problems:  # a report is a view of verified data only
+        print(f"error: {pack.name} does not verify ({len(problems)} mismatch(es), first: {problems[0]}); "
+              "no report is rendered from it", file=sys.stderr)
+        return 1
     if args.out is None:
         print(render_md(pack))
         return 0
