@@ -29,9 +29,8 @@ the reference packs' real samples).
 """
 from __future__ import annotations
 
-import math
-
 from .stats import median_ci_ranks, quantile
+from .summary import same_value
 
 SCHEMA = 1
 SAME, FASTER, SLOWER, UNSURE = "SAME", "FASTER", "SLOWER", "UNSURE"
@@ -181,31 +180,19 @@ def build_ab(meta: dict, head_rows: list[dict], head_samples: dict[str, list[flo
 DERIVED_KEYS = ("rows", "new", "removed", "counts", "regressions")
 
 
-def _same(a, b) -> bool:
-    if isinstance(a, float) or isinstance(b, float):
-        if a is None or b is None:
-            return False
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
-
-
 def differences(written: dict, recomputed: dict) -> list[str]:
     """Where a written ab.json disagrees with the one re-derived from the samples."""
-    diffs = [k for k in ("rule",) if not _same(written.get(k), recomputed.get(k))]
+    diffs = [k for k in ("rule",) if not same_value(written.get(k), recomputed.get(k))]
     w_rows = {e.get("key"): e for e in written.get("rows", []) if isinstance(e, dict)}
     for e in recomputed["rows"]:
         w = w_rows.pop(e["key"], None)
         if w is None:
             diffs.append(f"{e['key']}: missing from ab.json")
-        elif not _same(w, e):
-            bad = sorted(k for k in set(w) | set(e) if not _same(w.get(k), e.get(k)))
+        elif not same_value(w, e):
+            bad = sorted(k for k in set(w) | set(e) if not same_value(w.get(k), e.get(k)))
             diffs.append(f"{e['key']}: {', '.join(bad)}")
     diffs += [f"{k}: in ab.json but not derivable from the samples" for k in w_rows]
-    diffs += [k for k in DERIVED_KEYS[1:] if not _same(written.get(k), recomputed.get(k))]
+    diffs += [k for k in DERIVED_KEYS[1:] if not same_value(written.get(k), recomputed.get(k))]
     return diffs
 
 

@@ -125,15 +125,16 @@ def build_summary(meta: dict, records: list[dict], samples: dict[str, list[float
     return out
 
 
-def _same(a, b) -> bool:
+def same_value(a, b) -> bool:
+    """Equal as derived data: floats to 1e-9 relative (NaN equals NaN), containers element by element."""
     if isinstance(a, float) or isinstance(b, float):
         if a is None or b is None:
             return False
         return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(a) and math.isnan(b))
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
     return a == b
 
 
@@ -146,12 +147,12 @@ def differences(written: dict, recomputed: dict) -> list[str]:
         if w is None:
             diffs.append(f"{r['key']}: missing from summary.json")
             continue
-        bad = [k for k in (*STAT_KEYS, "status") if not _same(w.get(k), r.get(k))]
+        bad = [k for k in (*STAT_KEYS, "status") if not same_value(w.get(k), r.get(k))]
         if bad:
             diffs.append(f"{r['key']}: {', '.join(bad)}")
     diffs += [f"{k}: in summary.json but not in the records" for k in wrows]
     for k in ("leaderboard", "canonical_speedup", "canonical_best"):
-        if not _same(written.get(k), recomputed.get(k)):
+        if not same_value(written.get(k), recomputed.get(k)):
             diffs.append(k)
     return diffs
 
