@@ -32,7 +32,8 @@ def _install(session: nox.Session, *, groups: tuple[str, ...]) -> None:
         session.run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                     "--disable-pip-version-check", "-e", str(ROOT), external=True)
         return
-    session.install(*[d for g in groups for d in EXTRAS[g]])
+    # silent=False: pip's own lines show while a cold virtualenv fills (no long silent stretch)
+    session.install(*[d for g in groups for d in EXTRAS[g]], silent=False)
     session.install("--no-deps", "--no-build-isolation", "-e", str(ROOT))
 
 
