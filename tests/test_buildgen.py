@@ -42,3 +42,26 @@ def test_a_changed_kernel_header_rewrites_the_instantiations(tmp_path):
     header.write_text(header.read_text() + "\n// edited\n")
     after = {p.name: p.read_text() for p in buildgen.generate(repo, out, registry.VARIANTS)}
     assert all(before[n] != after[n] for n in before)
+
+
+def test_build_stage_names_the_variants_the_build_left_out(tmp_path):
+    """A variant the build could not target (an arch not listed, an nvcc without sm_90a) is named in the
+    build stage's reason and data, from the skipped.json the build wrote (copied into the pack)."""
+    import json
+    import shutil
+
+    from conftest import REPO
+
+    from evpack.stages import build
+
+    ref = REPO / "artifacts" / "reference" / "20261122T225629Z-342053fbdce2"
+    pack = tmp_path / "pack"
+    shutil.copytree(ref / "build", pack / "build")
+    before = build.derive(pack / "build", pack)
+    assert before.status == "pass" and "left out" not in before.reason
+    (pack / "build" / "skipped__C.json").write_text(json.dumps(
+        [{"variant": "wgmma", "reason": "nvcc cannot build sm_90a: unsupported gpu architecture"}]))
+    after = build.derive(pack / "build", pack)
+    assert after.status == "pass" and "left out: wgmma (nvcc cannot build sm_90a" in after.reason
+    assert after.data["skipped_variants"] == [{"variant": "wgmma", "extension": "_C",
+                                               "reason": "nvcc cannot build sm_90a: unsupported gpu architecture"}]

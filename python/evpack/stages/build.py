@@ -66,7 +66,15 @@ def run(ctx: StageContext) -> None:
         write_json(ctx.dir / rec_name, {"module": f"evpack.{module}", "path": str(so.resolve()),
                                         "sha256": sha256_file(so)})
     _copy_ptxas_logs(ctx.repo, ctx.dir / "ptxas")
+    _copy_skipped(ctx.repo, ctx.dir)
     _write_kernel_table(ctx)
+
+
+def _copy_skipped(repo: Path, dest: Path) -> None:
+    """build/generated/<ext>/skipped.json (variants the build left out, with the reason: an arch the
+    build does not list, an nvcc that cannot target it) into the pack as skipped_<ext>.json."""
+    for note in sorted((repo / "build" / "generated").glob("*/skipped.json")):
+        shutil.copyfile(note, dest / f"skipped_{note.parent.name}.json")
 
 
 def _copy_ptxas_logs(repo: Path, dest: Path) -> None:
@@ -109,8 +117,14 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         stage_dir / "binary_canaries.json").exists() else None
     data = {"so_sha256": binrec["sha256"], "so_path": binrec["path"], "canaries_sha256": canaries,
             "ptxas_logs": len(logs), "kernels": len(kernels), "env": res.get("env", {})}
+    skipped = [dict(s, extension=p.stem.removeprefix("skipped_")) for p in sorted(stage_dir.glob("skipped_*.json"))
+               for s in read_json(p)]
+    note = ""
+    if skipped:
+        data["skipped_variants"] = skipped
+        note = "; left out: " + "; ".join(f"{s['variant']} ({s['reason']})" for s in skipped)
     return StageOutcome(PASS, f"built {len(kernels)} kernels from {len(logs)} CUDA objects; "
-                              f"_C sha256 {binrec['sha256'][:12]}", data)
+                              f"_C sha256 {binrec['sha256'][:12]}{note}", data)
 
 
 def facts(outcome: StageOutcome, pack: PackFacts) -> PackFacts:
@@ -124,5 +138,5 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     d = outcome.data
     env = d.get("env", {})
     return (f"- shared object `{Path(d['so_path']).name}` sha256 `{d['so_sha256']}`\n"
-            f"- archs `{env.get('EVPACK_CUDA_ARCHS') or 'default (80;89;90)'}`, extra nvcc flags "
+            f"- archs `{env.get('EVPACK_CUDA_ARCHS') or 'default (80;89;90;90a)'}`, extra nvcc flags "
             f"`{env.get('EVPACK_NVCC_FLAGS') or 'none'}`; {d['kernels']} kernels, {d['ptxas_logs']} PTXAS logs")
