@@ -219,6 +219,11 @@ def _extensions_and_cmdclass():
                                          own_objects[key]))
                 ext.extra_objects = [o for o in (ext.extra_objects or []) if o not in objs] + objs
                 super().build_extension(ext)
+                # The objects this build linked, so that PTXAS logs left by an earlier build with other
+                # settings (other variants, other archs) are never taken for this build's.
+                linked = self.compiler.object_filenames(ext.sources, output_dir=self.build_temp) + objs
+                manifest = ROOT / "build" / "generated" / key / "objects.json"
+                manifest.write_text(json.dumps(sorted(str(Path(o).resolve()) for o in linked), indent=1) + "\n")
             finally:
                 self.build_temp = base
 

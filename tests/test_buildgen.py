@@ -65,3 +65,26 @@ def test_build_stage_names_the_variants_the_build_left_out(tmp_path):
     assert after.status == "pass" and "left out: wgmma (nvcc cannot build sm_90a" in after.reason
     assert after.data["skipped_variants"] == [{"variant": "wgmma", "extension": "_C",
                                                "reason": "nvcc cannot build sm_90a: unsupported gpu architecture"}]
+
+
+def test_only_the_objects_this_build_linked_give_ptxas_logs(tmp_path):
+    """Logs left by an earlier build with other settings (other variants, archs, or the canaries of an earlier
+    run) are never copied into a pack: only objects listed in the built extensions' objects.json are."""
+    import json
+
+    from evpack.stages import build
+
+    temp = tmp_path / "build" / "temp.linux" / "_C"
+    temp.mkdir(parents=True)
+    for name in ("now", "stale"):
+        (temp / f"{name}.o").write_bytes(b"\0")
+        (temp / f"{name}.o.ptxas.log").write_text(f"# nvcc {name}\n")
+    stale_ext = tmp_path / "build" / "temp.linux" / "_canaries"
+    stale_ext.mkdir()
+    (stale_ext / "old.o").write_bytes(b"\0")
+    (stale_ext / "old.o.ptxas.log").write_text("# nvcc old\n")
+    for ext, objs in (("_C", [temp / "now.o"]), ("_canaries", [stale_ext / "old.o"])):
+        (tmp_path / "build" / "generated" / ext).mkdir(parents=True)
+        (tmp_path / "build" / "generated" / ext / "objects.json").write_text(json.dumps([str(o) for o in objs]))
+    build._copy_ptxas_logs(tmp_path, tmp_path / "out", ["_C"])  # this build made _C only
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_C_now.o.log"]

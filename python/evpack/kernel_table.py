@@ -11,9 +11,9 @@ FIELDS = ("variant", "config", "dtype", "head_dim", "dynamic_smem_bytes", "threa
 MODULES = ("evpack._C", "evpack._canaries")
 
 
-def kernel_rows() -> list[dict]:
+def kernel_rows(modules=MODULES) -> list[dict]:
     rows = []
-    for name in MODULES:
+    for name in modules:
         try:
             mod = importlib.import_module(name)
         except ImportError:
@@ -23,4 +23,6 @@ def kernel_rows() -> list[dict]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(kernel_rows()))
+    import sys
+
+    print(json.dumps(kernel_rows(tuple(sys.argv[1:]) or MODULES)))

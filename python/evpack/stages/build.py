@@ -59,15 +59,18 @@ def run(ctx: StageContext) -> None:
     write_json(ctx.dir / "result.json", result)
     if rc != 0:
         return
-    for module, rec_name in MODULES.items():
+    # the extensions this build made: an extension left by an earlier build (the canaries of an earlier
+    # evidence run, say) is not part of this one
+    built = [m for m in MODULES if m == "_C" or (m == "_canaries" and env.get("EVPACK_CANARIES") == "1")]
+    for module in built:
         so = find_built(ctx.repo, module)
         if so is None:
             continue
-        write_json(ctx.dir / rec_name, {"module": f"evpack.{module}", "path": str(so.resolve()),
-                                        "sha256": sha256_file(so)})
-    _copy_ptxas_logs(ctx.repo, ctx.dir / "ptxas")
+        write_json(ctx.dir / MODULES[module], {"module": f"evpack.{module}", "path": str(so.resolve()),
+                                               "sha256": sha256_file(so)})
+    _copy_ptxas_logs(ctx.repo, ctx.dir / "ptxas", built)
     _copy_skipped(ctx.repo, ctx.dir)
-    _write_kernel_table(ctx)
+    _write_kernel_table(ctx, built)
 
 
 def _copy_skipped(repo: Path, dest: Path) -> None:
@@ -77,22 +80,33 @@ def _copy_skipped(repo: Path, dest: Path) -> None:
         shutil.copyfile(note, dest / f"skipped_{note.parent.name}.json")
 
 
-def _copy_ptxas_logs(repo: Path, dest: Path) -> None:
+def _linked_objects(build: Path, built: list[str]) -> set[str] | None:
+    """The objects the last build linked into the extensions it made (build/generated/<ext>/objects.json,
+    written by setup.py), or None for a build that wrote no manifest."""
+    manifests = [build / "generated" / ext / "objects.json" for ext in built]
+    manifests = [m for m in manifests if m.is_file()]
+    if not manifests:
+        return None
+    return {o for m in manifests for o in json.loads(m.read_text(encoding="utf-8"))}
+
+
+def _copy_ptxas_logs(repo: Path, dest: Path, built: list[str]) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     build = repo / "build"
+    linked = _linked_objects(build, built)
     for log in sorted(build.glob("temp*/**/*.o.ptxas.log")):
         obj = Path(str(log)[: -len(".ptxas.log")])
-        if not obj.exists():
-            continue
+        if not obj.exists() or (linked is not None and str(obj.resolve()) not in linked):
+            continue  # gone, or left by an earlier build with other settings: not part of this binary
         rel = obj.relative_to(build).as_posix()
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", rel.split("/", 1)[-1]) + ".log"
         shutil.copyfile(log, dest / name)
 
 
-def _write_kernel_table(ctx: StageContext) -> None:
+def _write_kernel_table(ctx: StageContext, built: list[str]) -> None:
     """Ask each built extension which kernels it registered (works on CPU torch: nothing is launched)."""
-    out = subprocess.run([sys.executable, "-m", "evpack.kernel_table"], capture_output=True, text=True,
-                         timeout=300, cwd=ctx.repo)
+    out = subprocess.run([sys.executable, "-m", "evpack.kernel_table", *(f"evpack.{m}" for m in built)],
+                         capture_output=True, text=True, timeout=300, cwd=ctx.repo)
     (ctx.dir / "kernels.log").write_text(out.stdout + out.stderr, encoding="utf-8")
     if out.returncode == 0:
         write_json(ctx.dir / "kernels.json", json.loads(out.stdout.strip().splitlines()[-1]))
