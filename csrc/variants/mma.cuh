@@ -126,15 +126,6 @@ __device__ __forceinline__ float exp2_approx(float x) {
 }
 // ---- end of PTX wrappers -----------------------------------------------------------------------
 
-// Two fp32 -> one register of two T (lo in the low half: the lower column / k index).
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  const typename ElemTraits<T>::Vec2 v = ElemTraits<T>::from_float2(lo, hi);
-  uint32_t u;
-  memcpy(&u, &v, sizeof(u));
-  return u;
-}
-
 // Byte offset of 16-byte chunk `chunk` of row `row` in a row-major tile of kChunks chunks per row.
 // The chunk index is XORed with row % 8: the 8 rows an ldmatrix phase reads at one logical chunk,
 // and the 8 chunks a cp.async phase writes in one row, land in 8 different 16-byte bank groups.

@@ -53,6 +53,7 @@
 #include <cuda_runtime.h>
 
 #include "evpack/hopper.cuh"
+#include "evpack/kernel_common.cuh"
 #include "evpack/params.h"
 #include "evpack/registry.h"
 #include "evpack/traits.h"
@@ -96,15 +97,6 @@ struct Shape {
 template <class Cfg, class T, int kHeadDim>
 constexpr size_t dynamic_smem_bytes() {
   return static_cast<size_t>(Shape<Cfg, kHeadDim>::kSmemBytes);
-}
-
-// Two fp32 -> one register of two T (lo in the low half: the lower column / k index).
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  const typename ElemTraits<T>::Vec2 v = ElemTraits<T>::from_float2(lo, hi);
-  uint32_t u;
-  memcpy(&u, &v, sizeof(u));
-  return u;
 }
 
 __device__ __forceinline__ float exp2_approx(float x) {  // 2^x on the SFU; ex2.approx.ftz(-inf) = +0

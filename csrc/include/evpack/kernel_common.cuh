@@ -1,12 +1,14 @@
-// Kernel-side helpers every variant shares: global tile pointers of one (batch, head) and the
-// cp.async wrappers (sm_80+). The launch tail (grid over query tiles, the dynamic shared-memory
-// opt-in, the launch check) is launch_over_query_tiles in traits.h.
+// Kernel-side helpers every variant shares: global tile pointers of one (batch, head), packing two
+// fp32 into one register of two T, and the cp.async wrappers (sm_80+). The launch tail (grid over
+// query tiles, the dynamic shared-memory opt-in, the launch check) is launch_over_query_tiles in traits.h.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <cuda_runtime.h>
 
 #include "evpack/params.h"
+#include "evpack/traits.h"
 
 namespace evpack {
 
@@ -25,6 +27,15 @@ __device__ __forceinline__ HeadTiles<T> head_tiles(const FwdParams& p, int64_t b
           static_cast<const T*>(p.k) + b * p.k_batch_stride + h * p.k_head_stride,
           static_cast<const T*>(p.v) + b * p.v_batch_stride + h * p.v_head_stride,
           static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride};
+}
+
+// Two fp32 -> one register of two T (lo in the low half: the lower column / k index).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  const typename ElemTraits<T>::Vec2 v = ElemTraits<T>::from_float2(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, sizeof(u));
+  return u;
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {  // generic -> shared-window address
