@@ -88,6 +88,12 @@ def _run_options(ap: argparse.ArgumentParser) -> None:
                          "run: bench/ab.json")
     ap.add_argument("--self-check", action="store_true",
                     help="A/B of HEAD against itself (measures the A/B rule's false-positive rate)")
+    ap.add_argument("--gpus", default=None, metavar="all|I,J",
+                    help="GPUs for the GPU stages: 'all' or indices as nvidia-smi lists them (after "
+                         "CUDA_VISIBLE_DEVICES). Cells run on a pool with one worker per GPU, pinned with "
+                         "CUDA_VISIBLE_DEVICES, and the benchmark splits its shapes over them (a shape is "
+                         "measured whole on one GPU, with its SDPA baselines and ceilings). Default: every "
+                         "visible GPU when there are several; one visible GPU: no pool")
     ap.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)  # stand-in stages (tests)
 
 
@@ -159,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--pack", type=Path, required=True)
     rs.add_argument("--options", default="{}")
     rs.add_argument("--stage-package", default=None)
+    bs = sub.add_parser("_bench-shard")  # internal: one GPU's process of a sharded benchmark (not listed)
+    bs.add_argument("--pack", type=Path, required=True)
+    bs.add_argument("--dir", type=Path, required=True)
+    bs.add_argument("--options", default="{}")
     return ap
 
 
@@ -182,7 +192,7 @@ def cmd_evidence(args, selected) -> int:
     from .verify import verify_all
 
     options = run_options(REPO, suite=args.suite, shapes=args.shapes, variants=args.variants,
-                          cost_per_hour=args.cost_per_hour,
+                          cost_per_hour=args.cost_per_hour, gpus=args.gpus,
                           previous_pack=str(resolve_pack(args.previous_pack)) if args.previous_pack else None)
     spec = _baseline(args, selected)
     key = args.sign_key or (Path(os.environ["EVPACK_SIGNING_KEY"]) if os.environ.get("EVPACK_SIGNING_KEY")
@@ -361,6 +371,11 @@ def dispatch(args) -> int:
 
         for v in VARIANTS:
             print(f"{v.name:8s} {v.kind:7s} {', '.join(c.name for c in v.configs)}  - {v.description}")
+        return 0
+    if args.cmd == "_bench-shard":
+        from .stages.bench import run_shard
+
+        run_shard(args.pack, args.dir, REPO, json.loads(args.options))
         return 0
     if args.cmd == "_run-stage":
         from .runner import run_inline

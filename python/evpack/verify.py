@@ -111,7 +111,9 @@ def check_required_files(pack_dir: Path, schema: int, outcomes: dict[str, StageO
                 problems.append(f"stage {name}: missing {name}/{f}")
         if out.status not in (PASS, FAIL):
             continue
-        for pattern in getattr(stage_module(name, stages), "REQUIRED_FILES", ()):
+        mod = stage_module(name, stages)
+        required = mod.required_files(sdir) if hasattr(mod, "required_files") else getattr(mod, "REQUIRED_FILES", ())
+        for pattern in required:
             if not any(p.is_file() for p in sdir.glob(pattern)):
                 problems.append(f"stage {name}: missing raw file {name}/{pattern} (a stage that decided keeps it)")
         try:

@@ -38,6 +38,38 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
+def _per_gpu(stage_dir: Path, run: dict) -> list[str]:
+    """Ceilings and clocks of the run's GPU, or of each GPU of a benchmark sharded over several (every
+    row's ratios and roofline come from its own GPU's shard)."""
+    shards = run.get("shards")
+    if not shards:
+        return _ceilings_clocks(stage_dir, "")
+    lines = [f"**Sharded over {len(shards)} GPU(s):** each shape measured whole on one GPU, with its SDPA "
+             "baselines and ceilings; no ratio is taken across GPUs.", ""]
+    lines += _table(["shard", "GPU", "UUID", "shapes"],
+                    [[s["dir"], str((s.get("gpu") or {}).get("index", "?")), f"`{(s.get('gpu') or {}).get('uuid', '?')}`",
+                      str(len(s.get("shapes", [])))] for s in shards]) + [""]
+    for s in shards:
+        lines += _ceilings_clocks(stage_dir / s["dir"], f" ({s['dir']}, GPU {(s.get('gpu') or {}).get('index', '?')})")
+    return lines
+
+
+def _ceilings_clocks(folder: Path, where: str) -> list[str]:
+    lines = []
+    ceil = _load(folder / "ceilings.json")
+    if ceil:
+        r = ceilings_mod.rates(ceil)
+        lines += [f"**Same-run ceilings{where}:** copy {r['bandwidth'] / 1e12:.2f} TB/s (read + write), "
+                  f"matmul fp16 {r['matmul_fp16'] / 1e12:.0f} TFLOP/s, bf16 {r['matmul_bf16'] / 1e12:.0f} TFLOP/s.", ""]
+    clk = _load(folder / "clocks.json")
+    if clk:
+        b, a = clk.get("before", {}), clk.get("after", {})
+        state = f"**THROTTLED**: {clk['reason']}" if clk.get("throttled") else (clk.get("reason") or "not throttled")
+        lines += [f"**SM clock under load{where}:** before {b.get('sm_mhz', '?')} MHz, after {a.get('sm_mhz', '?')} MHz "
+                  f"(max {a.get('max_sm_mhz', '?')}, via {a.get('source', '?')}) — {state}.", ""]
+    return lines
+
+
 def leaderboard_md(board: list[dict]) -> list[str]:
     rows = [[str(e["rank"]), e["impl"], e["variant"], e["config"] or "-", f(e["median_us"], ".2f"),
              f(e["iqr_us"], ".2f"), f(e["tflops"]), f(e["pct_floor"]), f(e["speedup_vs_default"], ".2f"),
@@ -132,17 +164,7 @@ def render(stage_dir: Path, outcome, *, leaderboard: bool = True) -> str:
     lines += [f"Suite `{summary['suite']}` on {dev.get('name', '?')} (torch {dev.get('torch', '?')}, "
               f"CUDA {dev.get('cuda', '?')}); statistics: median of CUDA-event times per call, IQR, "
               f"95% order-statistic CI; primary mode `{mode}`.", "", f"**Cost:** {cost_line(run)}", ""]
-    ceil = _load(stage_dir / "ceilings.json")
-    if ceil:
-        r = ceilings_mod.rates(ceil)
-        lines += [f"**Same-run ceilings:** copy {r['bandwidth'] / 1e12:.2f} TB/s (read + write), "
-                  f"matmul fp16 {r['matmul_fp16'] / 1e12:.0f} TFLOP/s, bf16 {r['matmul_bf16'] / 1e12:.0f} TFLOP/s.", ""]
-    clk = _load(stage_dir / "clocks.json")
-    if clk:
-        b, a = clk.get("before", {}), clk.get("after", {})
-        state = f"**THROTTLED**: {clk['reason']}" if clk.get("throttled") else (clk.get("reason") or "not throttled")
-        lines += [f"**SM clock under load:** before {b.get('sm_mhz', '?')} MHz, after {a.get('sm_mhz', '?')} MHz "
-                  f"(max {a.get('max_sm_mhz', '?')}, via {a.get('source', '?')}) — {state}.", ""]
+    lines += _per_gpu(stage_dir, run)
     rows = summary["rows"]
     cs = summary.get("canonical_speedup")
     lines += [f"**Canonical shape** `{summary['canonical']}` ({mode}): "

@@ -84,15 +84,13 @@ def _regressions(view: PackView) -> list[str]:
 
 def _ab(view: PackView) -> list[str]:
     """The A/B against the base commit (bench/ab.json): its tally and the rows of ours that are SLOWER."""
-    import json
-
     from ..timing import ab
+    from ..timing.ab_stage import load
 
-    path = view.dir / "bench" / ab.AB_FILE
-    if not path.is_file():
-        return []
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load(view.dir / "bench")
+        if data is None:
+            return []
         lines = [f"{ab.summary_line(data)} (same run, same GPU; rule in report.md)."]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return [f"bench/ab.json could not be read: {exc}"]

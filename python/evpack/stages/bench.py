@@ -20,6 +20,7 @@ the rows, and requires the canary to be caught by those rules.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ from ..timing import ab, ab_stage, plots
 from ..timing import summary as sm
 from ..timing.compare import compare_rows, regressions
 from ..timing.suites import ADHOC, Suite, load_suite, with_adhoc
+from . import bench_shards
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
 
 NAME = "bench"
@@ -47,11 +49,42 @@ log = logging.getLogger(__name__)
 
 
 def resolve_suite(options: dict, repo: Path) -> Suite:
+    """The run's suite; in a shard process of a sharded benchmark, only the shapes of that shard."""
     name = options.get("suite") or "quick"
     shapes = options.get("shapes") or []
-    if name == ADHOC:
-        return with_adhoc(load_suite("quick", repo), shapes, only=True)
-    return with_adhoc(load_suite(name, repo), shapes)
+    suite = with_adhoc(load_suite("quick", repo), shapes, only=True) if name == ADHOC else \
+        with_adhoc(load_suite(name, repo), shapes)
+    only = options.get("shard_shapes")
+    if only is None:
+        return suite
+    return dataclasses.replace(suite, shapes=tuple(ss for ss in suite.shapes if ss.shape.key in set(only)))
+
+
+def run_shard(pack_dir: Path, shard_dir: Path, repo: Path, options: dict) -> None:
+    """One shard process of a sharded benchmark (bench_shards): the single-GPU run on its shapes, into shard_dir."""
+    run(StageContext(pack_dir=pack_dir, dir=shard_dir, repo=repo, options=options))
+
+
+def _run_sharded(ctx: StageContext, t_start: float) -> None:
+    """The suite over options["gpus"] (bench_shards), then the stage folder's plots and run.json."""
+    suite = resolve_suite(ctx.options, ctx.repo)
+    merged = bench_shards.run(ctx, suite)
+    rows = read_json(ctx.dir / "summary.json")["rows"]
+    try:
+        plots.make_all(rows, ctx.dir, suite.primary_mode)
+    except Exception as exc:  # noqa: BLE001 - a plot failure must not lose the measurements
+        log.warning("plots failed: %s", exc)
+    prev = _copy_previous(ctx.options, ctx.dir)
+    wall = time.perf_counter() - t_start
+    gpu_s = wall * len(ctx.options["gpus"])  # every GPU of the pool is held for the stage's wall time
+    rate = cost_per_hour(ctx.options)
+    write_json(ctx.dir / "run.json", {
+        "schema": 1, "suite": suite.name, "shapes": [s.shape.key for s in suite.shapes],
+        "options": {k: v for k, v in ctx.options.items() if isinstance(v, (str, int, float, bool, list, type(None)))},
+        "device": merged["device"], "shards": merged["shards"], "wall_s": wall, "gpu_seconds": gpu_s,
+        "cost_per_hour": rate, "cost_usd": None if rate is None else gpu_s / 3600 * rate,
+        **prev, **_baseline_commit(ctx.options)})
+    log.info("bench: done in %.1f s on %d GPU(s)", wall, len(ctx.options["gpus"]))
 
 
 def cost_per_hour(options: dict) -> float | None:
@@ -83,7 +116,10 @@ def run(ctx: StageContext) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
     logging.getLogger("evpack").addHandler(handler)
     try:
-        _run(ctx, t_start)
+        if ctx.options.get("gpus") and ctx.options.get("shard_shapes") is None:
+            _run_sharded(ctx, t_start)
+        else:
+            _run(ctx, t_start)
     finally:
         logging.getLogger("evpack").removeHandler(handler)
         handler.close()
@@ -105,6 +141,7 @@ def _run(ctx: StageContext, t_start: float) -> None:
     dev = torch.cuda.current_device()
     info = harness.device_info(dev)
     uuid = str(getattr(torch.cuda.get_device_properties(dev), "uuid", "") or "") or None
+    info["uuid"] = uuid
     stream = torch.cuda.Stream()
     log.info("bench: suite %s, %d shapes, %d timed modes, device %s", suite.name, len(suite.shapes),
              suite.measurements, info["name"])
@@ -328,6 +365,25 @@ def _decide(rows: list[dict], throttled: bool) -> tuple[str, str]:
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
+    if bench_shards.is_sharded(stage_dir):  # measured over several GPUs: each shard by the rules below
+        return bench_shards.derive(stage_dir, pack_dir, _derive_one)
+    return _derive_one(stage_dir, pack_dir)
+
+
+def required_files(stage_dir: Path) -> tuple[str, ...]:
+    """The raw files `verify` requires of a bench stage that decided (REQUIRED_FILES, in every shard's folder
+    when the benchmark was sharded over GPUs)."""
+    if not bench_shards.is_sharded(stage_dir):
+        return REQUIRED_FILES
+    top = ("bench.log", "run.json", "summary.json", "binary.json", bench_shards.SHARDS_FILE, "procs.json")
+    try:
+        shards = bench_shards.shard_dirs(stage_dir)
+    except (OSError, ValueError, KeyError, TypeError):
+        return top  # an unreadable shards.json: derive names it
+    return top + tuple(f"{d.name}/{f}" for d in shards for f in REQUIRED_FILES)
+
+
+def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     missing = [n for n in REQUIRED if not (stage_dir / n).is_file()]
     if missing:
         return StageOutcome(ERROR, f"missing {', '.join(missing)}")

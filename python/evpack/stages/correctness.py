@@ -67,7 +67,7 @@ def run(ctx: StageContext) -> None:
     for c in CANARIES:
         jobs.append(Job(c, oracle_cmd(ctx.repo, "correctness.py", "--variant", c, "--quick", "--out",
                                       str(ctx.dir / f"{c}.json")), 300))
-    run_jobs(jobs, ctx.dir, ctx.repo)
+    run_jobs(jobs, ctx.dir, ctx.repo, gpus=ctx.options.get("gpus"))
     record_binary(ctx.dir, [ctx.dir / f"{j.name}.json" for j in jobs if j.name not in CANARIES])
 
 

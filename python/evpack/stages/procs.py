@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -70,34 +71,76 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
                 continue
 
 
-def _run_one(job: Job, stage_dir: Path, repo: Path) -> dict:
-    run = run_isolated(job.cmd, stage_dir / f"{job.name}.log", repo=repo, timeout_s=job.timeout_s, env=job.env)
-    return {"cmd": job.cmd, "env": job.env, "returncode": run["returncode"], "timed_out": run["timed_out"],
-            "duration_s": round(run["duration_s"], 2)}
+def _run_one(job: Job, stage_dir: Path, repo: Path, gpu: dict | None = None) -> dict:
+    env = dict(job.env)
+    if gpu is not None:  # the cell sees its GPU alone, as device 0
+        env["CUDA_VISIBLE_DEVICES"] = gpu["uuid"]
+    run = run_isolated(job.cmd, stage_dir / f"{job.name}.log", repo=repo, timeout_s=job.timeout_s, env=env)
+    rec = {"cmd": job.cmd, "env": job.env, "returncode": run["returncode"], "timed_out": run["timed_out"],
+           "duration_s": round(run["duration_s"], 2)}
+    if gpu is not None:
+        rec["gpu"] = {"index": gpu["index"], "uuid": gpu["uuid"]}
+    return rec
 
 
-def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int = 1) -> dict:
-    """Run jobs (in parallel up to `parallel`), record procs.json; returns {name: record}.
-    Logs one progress line per finished cell: cells done of total, elapsed, an estimate of the rest."""
+def gpu_slots(gpus: list[dict] | None, parallel: int) -> list[dict | None]:
+    """The pool's worker slots: `parallel` per GPU (pinned), or `parallel` unpinned ones without a GPU list."""
+    per = max(1, parallel)
+    return [g for g in gpus for _ in range(per)] if gpus else [None] * per
+
+
+def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int = 1,
+             gpus: list[dict] | None = None) -> dict:
+    """Run jobs on a pool, record procs.json; returns {name: record}.
+
+    Without `gpus`: up to `parallel` cells at a time on the process's default device. With `gpus`
+    (options["gpus"]: several GPUs, or --gpus): `parallel` slots per GPU; a cell takes a free slot,
+    runs with CUDA_VISIBLE_DEVICES set to that GPU's UUID, and its record names the GPU (index, UUID).
+    Cells are handed out in list order, so a list with the longest cells first balances best.
+    Logs one progress line per finished cell: cells done of total, elapsed, an estimate of the rest.
+    """
     records: dict[str, dict] = {}
     t0, done, lock = time.monotonic(), [0], threading.Lock()
+    slots = gpu_slots(gpus, parallel)
+    free: queue.SimpleQueue = queue.SimpleQueue()
+    for slot in slots:
+        free.put(slot)
 
     def go(job: Job) -> tuple[str, dict]:
-        rec = _run_one(job, stage_dir, repo)
+        gpu = free.get()
+        try:
+            rec = _run_one(job, stage_dir, repo, gpu)
+        finally:
+            free.put(gpu)
         state = "timed out" if rec["timed_out"] else f"rc={rec['returncode']}"
+        where = f" on GPU {gpu['index']}" if gpu is not None else ""
         with lock:
             done[0] += 1
             elapsed = time.monotonic() - t0
             left = elapsed / done[0] * (len(jobs) - done[0])
-            log.info("    [%d/%d] %s: %s (%.1f s); %.0f s elapsed, ~%.0f s left", done[0], len(jobs), job.name,
-                     state, rec["duration_s"], elapsed, left)
+            log.info("    [%d/%d] %s%s: %s (%.1f s); %.0f s elapsed, ~%.0f s left", done[0], len(jobs), job.name,
+                     where, state, rec["duration_s"], elapsed, left)
         return job.name, rec
 
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
         for name, rec in pool.map(go, jobs):
             records[name] = rec
     write_json(stage_dir / PROCS_FILE, records)
     return records
+
+
+def cell_gpus(stage_dir: Path) -> list[dict]:
+    """The distinct GPUs (index, UUID) the stage's cells ran on, by index ([] for a run without a GPU pool)."""
+    try:
+        procs = read_json(stage_dir / PROCS_FILE)
+    except (OSError, ValueError):
+        return []
+    seen = {}
+    for rec in procs.values() if isinstance(procs, dict) else ():
+        gpu = rec.get("gpu") if isinstance(rec, dict) else None
+        if isinstance(gpu, dict) and gpu.get("uuid"):
+            seen[gpu["uuid"]] = {"index": gpu.get("index"), "uuid": gpu["uuid"]}
+    return sorted(seen.values(), key=lambda g: (g["index"] is None, g["index"]))
 
 
 def proc_problem(stage_dir: Path, name: str) -> str | None:

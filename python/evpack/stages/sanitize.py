@@ -62,9 +62,9 @@ def run(ctx: StageContext) -> None:
                         CELL_TIMEOUT_S, ENV))
     limits = {f"{tool}.{v.name}": tool_limits(tool, v.name) for v in selected_variants(ctx.options) for tool in TOOLS
               if tool_limits(tool, v.name)}
-    write_json(ctx.dir / "run.json", {"parallel": PARALLEL, "cell_timeout_s": CELL_TIMEOUT_S, "env": ENV,
+    write_json(ctx.dir / "run.json", {"parallel": PARALLEL, "gpus": ctx.options.get("gpus"), "cell_timeout_s": CELL_TIMEOUT_S, "env": ENV,
                                       "tool_limits": limits})
-    run_jobs(jobs, ctx.dir, ctx.repo, parallel=PARALLEL)
+    run_jobs(jobs, ctx.dir, ctx.repo, parallel=PARALLEL, gpus=ctx.options.get("gpus"))
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:

@@ -40,7 +40,7 @@ def run(ctx: StageContext) -> None:
                *oracle_cmd(ctx.repo, "tensor_target.py", "--variant", name, "--manifest",
                            str(ctx.dir / f"{name}.manifest.json"))]
         jobs.append(Job(name, cmd, 420))
-    run_jobs(jobs, ctx.dir, ctx.repo)
+    run_jobs(jobs, ctx.dir, ctx.repo, gpus=ctx.options.get("gpus"))
     record_binary(ctx.dir, [ctx.dir / f"{j.name}.manifest.json" for j in jobs if j.name not in CANARIES])
 
 

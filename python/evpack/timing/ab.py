@@ -180,6 +180,22 @@ def build_ab(meta: dict, head_rows: list[dict], head_samples: dict[str, list[flo
 DERIVED_KEYS = ("rows", "new", "removed", "counts", "regressions")
 
 
+def merge(parts: list[dict]) -> dict:
+    """One A/B over several GPUs' ab.json (a sharded benchmark: each shape measured whole on one GPU, both
+    sides on the same GPU). Meta from the first part; `pass` only when every part passed; rows, new/removed
+    rows, counts and regressions are the parts' together. One part: returned as it is."""
+    if len(parts) == 1:
+        return parts[0]
+    out = dict(parts[0])
+    failed = [p for p in parts if p.get("status") != "pass"]
+    if failed:
+        out.update(status=failed[0].get("status"), reason="; ".join(str(p.get("reason")) for p in failed))
+    for key in ("rows", "new", "removed", "regressions", "base_records"):
+        out[key] = [x for p in parts for x in p.get(key) or []]
+    out["counts"] = {v: sum((p.get("counts") or {}).get(v, 0) for p in parts) for v in VERDICTS}
+    return out
+
+
 def differences(written: dict, recomputed: dict) -> list[str]:
     """Where a written ab.json disagrees with the one re-derived from the samples."""
     diffs = [k for k in ("rule",) if not same_value(written.get(k), recomputed.get(k))]

@@ -145,15 +145,35 @@ def outcome_data(ab_data: dict) -> dict:
             "base_so_sha256": ab_data.get("base_so_sha256")}
 
 
+def ab_files(stage_dir: Path) -> list[Path]:
+    """The bench stage's ab.json files: its own, or each shard's in a benchmark sharded over GPUs."""
+    if (stage_dir / ab.AB_FILE).is_file():
+        return [stage_dir / ab.AB_FILE]
+    shards = stage_dir / "shards.json"
+    if not shards.is_file():
+        return []
+    try:
+        dirs = [s["dir"] for s in json.loads(shards.read_text(encoding="utf-8"))["shards"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [stage_dir / d / ab.AB_FILE for d in dirs if (stage_dir / d / ab.AB_FILE).is_file()]
+
+
+def load(stage_dir: Path) -> dict | None:
+    """The run's A/B (merged over the shards of a sharded benchmark); None without one. Raises on unreadable files."""
+    files = ab_files(stage_dir)
+    if not files:
+        return None
+    return ab.merge([json.loads(p.read_text(encoding="utf-8")) for p in files])
+
+
 def report_section(stage_dir: Path) -> str:
     """The A/B table for report.md / the PR comment ('' when the run had no baseline).
 
     It goes first among the benchmark sections: the one same-run comparison with the base.
     """
-    path = stage_dir / ab.AB_FILE
-    if not path.is_file():
-        return ""
     try:
-        return ab.render_markdown(json.loads(path.read_text(encoding="utf-8")))
+        data = load(stage_dir)
+        return "" if data is None else ab.render_markdown(data)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return f"A/B: {ab.AB_FILE} unreadable ({type(exc).__name__})\n"

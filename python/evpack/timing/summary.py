@@ -119,6 +119,12 @@ def build_summary(meta: dict, records: list[dict], samples: dict[str, list[float
     rows = build_rows(records, samples, rates)
     for r in rows:
         r["status"] = recheck(r)
+    return summary_from_rows(meta, rows)
+
+
+def summary_from_rows(meta: dict, rows: list[dict]) -> dict:
+    """summary.json from finished rows: the leaderboard and canonical speedup over them (also how the rows of
+    a benchmark sharded over GPUs are put together: every row's statistics come from its own shard)."""
     out = {"schema": SCHEMA, **meta, "rows": rows,
            "leaderboard": leaderboard(rows, meta["canonical"], meta["primary_mode"])}
     out.update(canonical(rows, meta["canonical"], meta["primary_mode"]))

@@ -1,0 +1,215 @@
+"""The benchmark over several GPUs: the suite's shapes split into shards, one process per GPU.
+
+Used when the run has a GPU list (options["gpus"]: several GPUs visible, or --gpus). Layout of bench/:
+  shards.json    {"schema": 1, "shards": [{"dir": "shard0", "shapes": [shape keys]}, ...]}
+  shard<k>/      a whole single-GPU bench folder (every file bench.py documents) for its shapes,
+                 written by one process pinned to one GPU: its rows, samples, its own GPU's ceilings,
+                 clocks, integrity checks, impossible-speed canary and, with --baseline, its A/B
+  shard<k>.log   that process's output; procs.json: its command, exit, duration and GPU (index, UUID)
+  summary.json   every shard's rows (statistics from the shard's own samples and ceilings), with the
+                 leaderboard and canonical speedup over them
+  run.json       suite, shapes, options, device (the first shard's), shards (GPU and shapes of each),
+                 gpu_seconds (the stage's wall time x GPUs: what was rented), cost
+  binary.json, bench.log, *.png, previous_summary.json (as in a single-GPU run)
+A shape is measured whole on one GPU, so a row's ratios to SDPA come from its own GPU and process;
+nothing is ever compared across GPUs. derive() re-derives each shard with the single-GPU rules,
+then requires the merged summary, the shape coverage and the binary to agree.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+from ..model import ERROR, PASS, StageOutcome, worst
+from ..timing import ab
+from ..timing import summary as sm
+from ..timing.ab_stage import load as load_ab
+from ..timing.ab_stage import outcome_data as ab_outcome
+from ..timing.roofline import shape_flops
+from .base import read_json, write_json
+from .procs import Job, run_jobs
+
+SHARDS_FILE = "shards.json"
+SCHEMA = 1
+SHARD_TIMEOUT_S = 870  # inside the bench stage's TIMEOUT_S
+log = logging.getLogger("evpack.stages")
+
+
+def is_sharded(stage_dir: Path) -> bool:
+    return (stage_dir / SHARDS_FILE).is_file()
+
+
+def assign(shapes, n: int) -> list[list]:
+    """Split suite shapes over n shards, longest first onto the least loaded (a shape's weight: its timed
+    modes, each about one time cap per implementation, then its FLOPs). Order within a shard follows the suite."""
+    n = max(1, min(n, len(shapes)))
+    order = sorted(range(len(shapes)), key=lambda i: (-len(shapes[i].modes), -shape_flops(shapes[i].shape), i))
+    loads, picks = [0.0] * n, [[] for _ in range(n)]
+    for i in order:
+        k = min(range(n), key=lambda j: (loads[j], j))
+        loads[k] += len(shapes[i].modes) + shape_flops(shapes[i].shape) / 1e13
+        picks[k].append(i)
+    return [[shapes[i] for i in sorted(p)] for p in picks if p]
+
+
+def shard_dirs(stage_dir: Path) -> list[Path]:
+    """The folders holding single-GPU bench files: the shards of a sharded run, else the stage folder."""
+    if not is_sharded(stage_dir):
+        return [stage_dir]
+    return [stage_dir / s["dir"] for s in read_json(stage_dir / SHARDS_FILE)["shards"]]
+
+
+def run(ctx, suite) -> dict:
+    """Measure the suite on ctx.options["gpus"], one shard process per GPU; write shards.json, the merged
+    summary.json and binary.json. Returns the shards' part of run.json."""
+    from ..runner import _Follower  # shows each shard's log on the terminal as it grows
+
+    gpus = ctx.options["gpus"]
+    parts = assign(list(suite.shapes), len(gpus))
+    shards = [{"dir": f"shard{k}", "shapes": [ss.shape.key for ss in part]} for k, part in enumerate(parts)]
+    write_json(ctx.dir / SHARDS_FILE, {"schema": SCHEMA, "shards": shards})
+    jobs = []
+    for s in shards:
+        (ctx.dir / s["dir"]).mkdir()
+        opts = dict(ctx.options, shard_shapes=s["shapes"], previous_pack=None)
+        cmd = [sys.executable, "-m", "evpack", "_bench-shard", "--pack", str(ctx.pack_dir), "--dir",
+               str(ctx.dir / s["dir"]), "--options", json.dumps(opts)]
+        jobs.append(Job(s["dir"], cmd, SHARD_TIMEOUT_S))
+    log.info("bench: %d shapes in %d shard(s) over GPU(s) %s", len(suite.shapes), len(shards),
+             ", ".join(str(g["index"]) for g in gpus))
+    followers = [_Follower(ctx.dir / f"{s['dir']}.log", f"bench/{s['dir']}") for s in shards]
+    for f in followers:
+        f.start()
+    try:
+        procs = run_jobs(jobs, ctx.dir, ctx.repo, gpus=gpus)
+    finally:
+        for f in followers:
+            f.stop.set()
+            f.join()
+    return merge(ctx.dir, suite, procs)
+
+
+def merge(stage_dir: Path, suite, procs: dict) -> dict:
+    """summary.json and binary.json of the stage folder from the shards that finished (a shard that did not:
+    derive says so). Returns {"shards": [dir, shapes, GPU, device, gpu_seconds of each]} for run.json."""
+    rows, runs = [], []
+    for s in read_json(stage_dir / SHARDS_FILE)["shards"]:
+        d = stage_dir / s["dir"]
+        if (d / "summary.json").is_file():
+            rows += read_json(d / "summary.json")["rows"]
+        if (d / "binary.json").is_file() and not (stage_dir / "binary.json").is_file():
+            write_json(stage_dir / "binary.json", read_json(d / "binary.json"))
+        info = read_json(d / "run.json") if (d / "run.json").is_file() else {}
+        runs.append({"dir": s["dir"], "shapes": s["shapes"], "gpu": procs.get(s["dir"], {}).get("gpu"),
+                     "device": info.get("device"), "gpu_seconds": info.get("gpu_seconds")})
+    meta = {"suite": suite.name, "canonical": suite.canonical.key, "primary_mode": suite.primary_mode}
+    write_json(stage_dir / "summary.json", sm.summary_from_rows(meta, rows))
+    return {"shards": runs, "device": next((r["device"] for r in runs if r["device"]), None)}
+
+
+def _outside(stage_dir: Path, s: dict) -> str | None:
+    """A shard holding rows of shapes it was not given (None when it holds only its own)."""
+    d = stage_dir / s["dir"]
+    if not d.is_dir():
+        return f"{s['dir']}: missing"
+    rows = read_json(d / "summary.json")["rows"] if (d / "summary.json").is_file() else []
+    outside = sorted({r["shape"] for r in rows} - set(s["shapes"]))
+    return f"{s['dir']}: rows of shapes it was not given ({outside[0]})" if outside else None
+
+
+def derive(stage_dir: Path, pack_dir: Path, derive_single) -> StageOutcome:
+    """Each shard by the single-GPU rules, then the merged summary, coverage and binary."""
+    try:
+        shards = read_json(stage_dir / SHARDS_FILE)["shards"]
+        run_info = read_json(stage_dir / "run.json")
+        written = read_json(stage_dir / "summary.json")
+        binary = read_json(stage_dir / "binary.json").get("sha256")
+        procs = read_json(stage_dir / "procs.json")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return StageOutcome(ERROR, f"corrupt sharded bench files: {type(exc).__name__}: {exc}")
+    names = [s.get("dir", "") for s in shards]
+    if not shards or len(set(names)) != len(names) or any("/" in n or not n.startswith("shard") for n in names):
+        return StageOutcome(ERROR, f"{SHARDS_FILE}: bad shard list {names}")
+    given = [k for s in shards for k in s["shapes"]]
+    if sorted(given) != sorted(run_info.get("shapes") or []) or len(set(given)) != len(given):
+        return StageOutcome(ERROR, "the shards do not cover run.json's shapes exactly once")
+    outcomes, rows, gpus = [], [], []
+    for s in shards:
+        problem = _outside(stage_dir, s)
+        if problem:
+            return StageOutcome(ERROR, problem)
+        d = stage_dir / s["dir"]
+        out = derive_single(d, pack_dir)
+        gpu = (procs.get(s["dir"]) or {}).get("gpu") or {}
+        gpus.append({"dir": s["dir"], "index": gpu.get("index"), "uuid": gpu.get("uuid"), "status": out.status,
+                     "shapes": len(s["shapes"])})
+        if out.status == ERROR:
+            return StageOutcome(ERROR, f"{s['dir']} (GPU {gpu.get('index')}, {gpu.get('uuid')}): {out.reason}",
+                                {"gpus": gpus})
+        if read_json(d / "binary.json").get("sha256") != binary:
+            return StageOutcome(ERROR, f"{s['dir']}: loaded a binary other than bench/binary.json's")
+        outcomes.append(out)
+        rows += read_json(d / "summary.json")["rows"]
+    meta = {k: written[k] for k in ("suite", "canonical", "primary_mode")}
+    merged = sm.summary_from_rows(meta, rows)
+    diffs = sm.differences(written, merged)
+    if diffs:
+        return StageOutcome(ERROR, f"summary.json disagrees with the shards' rows in {len(diffs)} places "
+                                   f"(first: {diffs[0]})")
+    return _combine(stage_dir, outcomes, merged, run_info, gpus, binary)
+
+
+def _combine(stage_dir: Path, outcomes: list[StageOutcome], merged: dict, run_info: dict, gpus: list[dict],
+             binary: str | None) -> StageOutcome:
+    rows = merged["rows"]
+    counts = {s: sum(1 for r in rows if r["status"] == s) for s in sm.ROW_STATUSES}
+    datas = [o.data for o in outcomes]
+    status = worst(o.status for o in outcomes)
+    data = {"suite": merged["suite"], "rows": len(rows), **{f"rows_{s}": n for s, n in counts.items()},
+            "canonical_shape": merged["canonical"], "primary_mode": merged["primary_mode"],
+            "canonical_speedup": merged["canonical_speedup"], "canonical_best": merged["canonical_best"],
+            "canonical_speedup_vs": merged["canonical_speedup_vs"],
+            "throttled": any(d.get("throttled") for d in datas),
+            "gpu_seconds": run_info.get("gpu_seconds"), "cost_usd": run_info.get("cost_usd"), "so_sha256": binary,
+            "regressions": None, "compare_counts": None, "gpus": gpus}
+    if all("integrity" in d for d in datas):
+        data["integrity"] = {k: sum(d["integrity"].get(k) or 0 for d in datas)
+                             for k in ("broken_rows", "impossible_rows", "timed_checks")}
+        data["integrity"]["first"] = next((d["integrity"]["first"] for d in datas if d["integrity"].get("first")), None)
+    if all(d.get("canaries") for d in datas):
+        entries = [c for d in datas for c in d["canaries"]]
+        caught = all(c["caught"] for c in entries)
+        first = next((c for c in entries if c["caught"] == caught), entries[0])
+        data["canaries"] = [dict(first, caught=caught,
+                                 observed=f"{first['observed']} (caught on {sum(c['caught'] for c in entries)} of "
+                                          f"{len(entries)} GPUs)")]
+    bad = [(g, o) for g, o in zip(gpus, outcomes, strict=True) if o.status != PASS]
+    reason = (f"{sum(1 for r in rows if r['median_us'] is not None)} rows timed over {len({r['shape'] for r in rows})} "
+              f"shapes on {len(gpus)} GPU(s), outputs re-checked")
+    if bad:
+        reason = "; ".join(f"{g['dir']}: {o.reason}" for g, o in bad)
+    if merged["canonical_speedup"] is not None:
+        reason += (f"; canonical {merged['canonical_best']} {merged['canonical_speedup']:.2f}x SDPA default "
+                   f"({merged['primary_mode']})")
+    prev_path = stage_dir / "previous_summary.json"
+    if prev_path.is_file():
+        from ..timing.compare import compare_rows, regressions
+
+        try:
+            diff = compare_rows(read_json(prev_path)["rows"], rows)
+        except (ValueError, KeyError, TypeError) as exc:
+            return StageOutcome(ERROR, f"corrupt previous_summary.json: {exc}")
+        data["regressions"] = [f"{e['impl']}|{e['variant']}|{e['config']}|{e['shape']}|{e['mode']}"
+                               for e in regressions(diff)]
+        data["compare_counts"] = diff["counts"]
+        data["previous_pack_id"] = run_info.get("previous_pack_id")
+    full = load_ab(stage_dir)
+    if full is not None:  # each shard's ab.json was re-derived from its samples above
+        data["ab"] = ab_outcome(full)
+        if full["status"] == "pass":  # the same-run A/B decides perf-regression, not the previous pack
+            data["previous_regressions"] = data["regressions"]
+            data["regressions"] = list(full["regressions"])
+        reason += "; " + ab.summary_line(full)
+    return StageOutcome(status, reason, data)

@@ -1,0 +1,185 @@
+"""The benchmark sharded over GPUs: shape assignment, and derive() of a sharded bench folder.
+
+The sharded folders are made by splitting the bench stage of a committed H200 reference pack (real
+samples, ceilings and A/B) by shape into shards, exactly as shard processes would have written them:
+each shard's summary.json and ab.json rebuilt from its own samples with the pipeline's functions.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evpack.model import ERROR, PASS
+from evpack.stages import bench, bench_shards
+from evpack.timing import ab, ceilings
+from evpack.timing import summary as sm
+from evpack.timing.suites import load_suite
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "artifacts" / "reference"
+COPIED = ("ceilings.json", "clocks.json", "binary.json", "canary_bench.json", "integrity.json", "bench.log",
+          "ab_binary.json")
+
+
+def _single_gpu_bench_with_ab() -> Path:
+    """The newest reference pack whose benchmark ran on one GPU with an A/B (bench/ab.json)."""
+    for pack in sorted(REFERENCE.iterdir(), reverse=True):
+        b = pack / "bench"
+        if (b / "ab.json").is_file() and not (b / bench_shards.SHARDS_FILE).is_file():
+            return b
+    pytest.skip("no single-GPU reference pack with an A/B")
+
+
+def _subset_samples(src: Path, dst: Path, keys: set[str]) -> None:
+    with gzip.open(src, "rt", encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f))
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(rows[0])
+    w.writerows(r for r in rows[1:] if r[0] in keys)
+    with gzip.open(dst, "wt", encoding="utf-8", newline="") as f:
+        f.write(buf.getvalue())
+
+
+def shard_bench(src: Path, dst: Path, groups: list[list[str]]) -> None:
+    """Write dst as the sharded layout of the single-GPU bench folder src, shard k holding groups[k]'s shapes."""
+    written = json.loads((src / "summary.json").read_text())
+    run = json.loads((src / "run.json").read_text())
+    ab_written = json.loads((src / ab.AB_FILE).read_text())
+    meta = {k: written[k] for k in bench.META_KEYS}
+    rates = ceilings.rates(json.loads((src / "ceilings.json").read_text()))
+    samples = sm.read_samples(src / sm.SAMPLES_FILE)
+    base_samples = sm.read_samples(src / ab.BASE_SAMPLES_FILE)
+    dst.mkdir(parents=True)
+    shards, rows, procs = [], [], {}
+    for k, shapes in enumerate(groups):
+        d = dst / f"shard{k}"
+        d.mkdir()
+        for name in COPIED:
+            if (src / name).is_file():
+                shutil.copyfile(src / name, d / name)
+        shutil.copytree(src / "ab_build", d / "ab_build")
+        records = [r for r in sm.records_of(written) if r["shape"] in shapes]
+        keys = {r["key"] for r in records}
+        _subset_samples(src / sm.SAMPLES_FILE, d / sm.SAMPLES_FILE, keys)
+        summary = sm.build_summary(meta, records, {k2: v for k2, v in samples.items() if k2 in keys}, rates)
+        (d / "summary.json").write_text(json.dumps(summary))
+        (d / "run.json").write_text(json.dumps(dict(run, shapes=shapes)))
+        base_records = [r for r in ab_written["base_records"] if r["shape"] in shapes]
+        base_keys = {r["key"] for r in base_records}
+        _subset_samples(src / ab.BASE_SAMPLES_FILE, d / ab.BASE_SAMPLES_FILE, base_keys)
+        ab_meta = {m: ab_written[m] for m in ("status", "reason", "base_ref", "base_commit", "head_commit",
+                                              "head_dirty", "self_check", "base_so_sha256", "head_so_sha256",
+                                              "base_build")}
+        part = ab.build_ab(ab_meta, summary["rows"], {k2: v for k2, v in samples.items() if k2 in keys},
+                           base_records, {k2: v for k2, v in base_samples.items() if k2 in base_keys},
+                           ab_written["rule"])
+        (d / ab.AB_FILE).write_text(json.dumps(part))
+        rows += summary["rows"]
+        shards.append({"dir": d.name, "shapes": shapes})
+        procs[d.name] = {"cmd": [], "env": {}, "returncode": 0, "timed_out": False, "duration_s": 1.0,
+                         "gpu": {"index": k, "uuid": f"GPU-{k:08d}"}}
+        (dst / f"{d.name}.log").write_text("")
+    (dst / bench_shards.SHARDS_FILE).write_text(json.dumps({"schema": 1, "shards": shards}))
+    (dst / "summary.json").write_text(json.dumps(sm.summary_from_rows(meta, rows)))
+    (dst / "procs.json").write_text(json.dumps(procs))
+    for name in ("binary.json", "bench.log"):
+        shutil.copyfile(src / name, dst / name)
+    (dst / "run.json").write_text(json.dumps(dict(run, shards=shards)))
+
+
+@pytest.fixture()
+def sharded(tmp_path):
+    src = _single_gpu_bench_with_ab()
+    shapes = json.loads((src / "run.json").read_text())["shapes"]
+    groups = [shapes[0::2], shapes[1::2]]
+    dst = tmp_path / "pack" / "bench"
+    shard_bench(src, dst, groups)
+    return src, dst
+
+
+def test_sharded_derive_equals_the_single_gpu_one(sharded):
+    src, dst = sharded
+    one, two = bench.derive(src, src.parent), bench.derive(dst, dst.parent)
+    assert one.status == two.status == PASS, two.reason
+    for key in ("rows", "rows_ok", "canonical_speedup", "canonical_best", "regressions"):
+        assert two.data[key] == one.data[key], key
+    assert two.data["ab"]["counts"] == one.data["ab"]["counts"]
+    assert two.data["ab"]["same_rate"] == pytest.approx(one.data["ab"]["same_rate"])
+    assert [g["uuid"] for g in two.data["gpus"]] == ["GPU-00000000", "GPU-00000001"]
+    assert two.data["canaries"][0]["caught"] and "2 of 2 GPUs" in two.data["canaries"][0]["observed"]
+    required = bench.required_files(dst)
+    assert "shard1/samples.csv.gz" in required and all((dst / f).is_file() for f in required)
+
+
+def _edit_json(path: Path, fn) -> None:
+    data = json.loads(path.read_text())
+    fn(data)
+    path.write_text(json.dumps(data))
+
+
+def test_a_shard_sample_edited_is_an_error(sharded):
+    _, dst = sharded
+    f = dst / "shard1" / sm.SAMPLES_FILE
+    with gzip.open(f, "rt") as fh:
+        text = fh.read()
+    lines = text.splitlines()
+    head, _, t = lines[1].rpartition(",")
+    lines[1] = f"{head},{float(t) * 0.5}"
+    with gzip.open(f, "wt") as fh:
+        fh.write("\n".join(lines) + "\n")
+    out = bench.derive(dst, dst.parent)
+    assert out.status == ERROR and "shard1" in out.reason
+
+
+def test_merged_summary_must_match_the_shards(sharded):
+    _, dst = sharded
+    def halve(d):
+        row = next(r for r in d["rows"] if r["median_us"] is not None)
+        row["median_us"] *= 0.5
+
+    _edit_json(dst / "summary.json", halve)
+    out = bench.derive(dst, dst.parent)
+    assert out.status == ERROR and "summary.json disagrees" in out.reason
+
+
+def test_every_shape_once(sharded):
+    _, dst = sharded
+    _edit_json(dst / bench_shards.SHARDS_FILE, lambda d: d["shards"][0]["shapes"].pop())
+    assert "exactly once" in bench.derive(dst, dst.parent).reason
+    _edit_json(dst / bench_shards.SHARDS_FILE, lambda d: d["shards"][1]["shapes"].extend(d["shards"][0]["shapes"]))
+    assert bench.derive(dst, dst.parent).status == ERROR
+
+
+def test_a_shard_with_rows_of_another_shape(sharded):
+    _, dst = sharded
+    other = json.loads((dst / "shard0" / "summary.json").read_text())["rows"][0]
+    _edit_json(dst / "shard1" / "summary.json", lambda d: d["rows"].append(other))
+    out = bench.derive(dst, dst.parent)
+    assert out.status == ERROR and "not given" in out.reason
+
+
+def test_a_shard_that_loaded_another_binary(sharded):
+    _, dst = sharded
+    _edit_json(dst / "shard1" / "binary.json", lambda d: d.update(sha256="0" * 64))
+    out = bench.derive(dst, dst.parent)
+    assert out.status == ERROR and "binary" in out.reason
+
+
+def test_assign_balances_modes_and_keeps_suite_order():
+    suite = load_suite("full", REPO)
+    parts = bench_shards.assign(list(suite.shapes), 2)
+    assert sorted(ss.shape.key for p in parts for ss in p) == sorted(ss.shape.key for ss in suite.shapes)
+    loads = [sum(len(ss.modes) for ss in p) for p in parts]
+    assert max(loads) - min(loads) <= max(len(ss.modes) for ss in suite.shapes)
+    order = [ss.shape.key for ss in suite.shapes]
+    for p in parts:
+        keys = [ss.shape.key for ss in p]
+        assert keys == sorted(keys, key=order.index)
+    assert len(bench_shards.assign(list(suite.shapes)[:1], 4)) == 1  # never an empty shard
