@@ -1,5 +1,6 @@
 """One profiled launch each of ours (D=64, D=128) and SDPA's flash / cuDNN backends at B=16, H=16,
-S=512, fp16, between cudaProfilerStart/Stop, for Nsight Compute. From the repo root, after a build:
+S=512, fp16, between cudaProfilerStart/Stop, for Nsight Compute. With the argument `hopper`: the
+wgmma variant and cuDNN instead, at D=64, D=64 causal and D=128. From the repo root, after a build:
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight \
         --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
@@ -26,6 +27,14 @@ def sdpa(q, k, v):
     return F.scaled_dot_product_attention(q, k, v)
 
 
+def sdpa_causal(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def wgmma(causal):
+    return lambda q, k, v: evpack.flash_attention(q, k, v, causal=causal, variant="wgmma", config="m128n128w12s2")
+
+
 CALLS = [
     ("mma64", lambda q, k, v: evpack.flash_attention(q, k, v, variant="mma", config="m64n64w4s2"), 64, None),
     ("mma128", lambda q, k, v: evpack.flash_attention(q, k, v, variant="mma", config="m128n64w4s2"), 128, None),
@@ -33,6 +42,16 @@ CALLS = [
     ("cudnn64", sdpa, 64, SDPBackend.CUDNN_ATTENTION),
     ("flash128", sdpa, 128, SDPBackend.FLASH_ATTENTION),
 ]
+HOPPER = [
+    ("wgmma64", wgmma(False), 64, None),
+    ("cudnn64", sdpa, 64, SDPBackend.CUDNN_ATTENTION),
+    ("wgmma64causal", wgmma(True), 64, None),
+    ("cudnn64causal", sdpa_causal, 64, SDPBackend.CUDNN_ATTENTION),
+    ("wgmma128", wgmma(False), 128, None),
+    ("cudnn128", sdpa, 128, SDPBackend.CUDNN_ATTENTION),
+]
+if sys.argv[1:] == ["hopper"]:
+    CALLS = HOPPER
 for name, fn, d, backend in CALLS:
     q, k, v = qkv(d)
     with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
