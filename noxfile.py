@@ -120,6 +120,12 @@ def label(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend=TORCH_VENV, python=None)
+def merge(session: nox.Session) -> None:
+    """python -m evpack merge [posargs]: several GPUs' packs of one commit into one verdict"""
+    _torch_command(session, "merge")
+
+
+@nox.session(venv_backend=TORCH_VENV, python=None)
 def compare(session: nox.Session) -> None:
     """python -m evpack compare [posargs]"""
     _torch_command(session, "compare")

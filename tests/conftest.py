@@ -14,7 +14,8 @@ TESTS = REPO / "tests"
 FAKE = "fakestages"  # the stand-in stage package (tests/fakestages), passed as a parameter
 # CLI commands that take the stand-in stage package (hidden option --stage-package)
 _STAGE_PACKAGE_COMMANDS = {"evidence", "build", "ptxas", "sass", "tensor_proof", "sanitize", "correctness",
-                           "stability", "canaries", "bench", "oracles", "verify", "label", "report"}
+                           "stability", "canaries", "bench", "oracles", "verify", "label", "report",
+                           "merge"}
 
 
 def _cuda_available() -> tuple[bool, str]:
@@ -43,8 +44,9 @@ def fake_env(monkeypatch, tmp_path):
 
     def set_plan(plan: dict) -> dict:
         monkeypatch.setenv("FAKE_PLAN", json.dumps(plan))
-        # the isolated stage processes import the stand-in package from tests/
-        monkeypatch.setenv("PYTHONPATH", str(TESTS))
+        # the isolated stage processes import the stand-in package from tests/, and this checkout's evpack
+        # (not another installed copy)
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(REPO / "python")]))
         return dict(os.environ)
 
     return set_plan
@@ -62,11 +64,12 @@ def run_cli(*args: str, env: dict | None = None, timeout: int = 120) -> subproce
 
 
 def fake_pack(root: Path, **kw) -> Path:
-    """A pack made by the real pipeline on the stand-in stages (a fake_env plan must be set)."""
+    """A pack made by the real pipeline on the stand-in stages (a fake_env plan must be set); repo= another
+    git checkout to record its commit instead of this one's."""
     from evpack.evidence import run_evidence
 
-    return run_evidence(REPO, selected=kw.pop("selected", None), packs_root=root, options=kw.pop("options", {}),
-                        stages=FAKE, **kw).pack
+    return run_evidence(kw.pop("repo", REPO), selected=kw.pop("selected", None), packs_root=root,
+                        options=kw.pop("options", {}), stages=FAKE, **kw).pack
 
 
 def verify_fake(pack: Path) -> list[str]:

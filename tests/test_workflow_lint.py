@@ -82,13 +82,14 @@ def test_workflow_shape():
     assert re.search(r"^permissions: \{\}", top, flags=re.M)  # nothing at the top: each job names its own
     assert "concurrency" not in top  # a workflow-wide group would let any event cancel the GPU run
     jobs = _jobs(text)
-    assert list(jobs) == ["cpu", "gpu", "publish"]
+    assert list(jobs) == ["cpu", "gpu", "merge", "publish"]
     perms = {name: dict(re.findall(r"^      ([a-z-]+): (read|write)", job[job.index("    permissions:"):], flags=re.M))
              for name, job in jobs.items()}
     assert perms["cpu"] == {"contents": "read"}
     assert perms["gpu"] == {"contents": "read", "id-token": "write", "attestations": "write"}
+    assert perms["merge"] == {"contents": "read"}
     assert perms["publish"] == {"contents": "read", "pull-requests": "write"}
-    cpu, gpu, publish = jobs["cpu"], jobs["gpu"], jobs["publish"]
+    cpu, gpu, merge, publish = jobs["cpu"], jobs["gpu"], jobs["merge"], jobs["publish"]
     # cpu: every push, on a hosted runner.
     assert "github.event_name == 'push' ||" in cpu and "runs-on: ubuntu-latest" in cpu
     assert "python -m pip install nox" in cpu and "run: nox -s tests" in cpu and "run: nox -s evidence" in cpu
@@ -97,7 +98,11 @@ def test_workflow_shape():
             "      contains(github.event.pull_request.labels.*.name, 'run-evidence') &&\n"
             "      (github.event.action != 'labeled' || github.event.label.name == 'run-evidence')")
     assert gate in gpu
-    assert "runs-on: ${{ fromJSON(vars.EVPACK_GPU_RUNS_ON || '[\"self-hosted\", \"gpu\"]') }}" in gpu
+    # One gpu job per GPU type: a matrix over runner labels, none cancelling another.
+    gpu_list = "vars.EVPACK_GPUS || '[\"h200\", \"h100\"]'"
+    assert "    strategy:\n      fail-fast: false" in gpu
+    assert "      matrix:\n        gpu: ${{ fromJSON(" + gpu_list + ") }}\n" in gpu
+    assert 'runs-on: [self-hosted, gpu, "${{ matrix.gpu }}"]' in gpu
     assert 'run: python -m nox -s evidence -- --baseline "$BASE_SHA" --sign-key "$KEY_FILE"' in gpu
     assert "BASE_SHA: ${{ github.event.pull_request.base.sha }}" in gpu
     assert "SIGNING_KEY: ${{ secrets.EVPACK_SIGNING_KEY }}" in gpu and "umask 077" in gpu
@@ -105,31 +110,46 @@ def test_workflow_shape():
              "actions/upload-artifact@"]
     at = [gpu.index(s) for s in steps]
     assert at == sorted(at), dict(zip(steps, at, strict=True))
+    assert "name: evidence-gpu-${{ matrix.gpu }}\n" in gpu  # each GPU's pack: an artifact named by its matrix entry
+    assert "outputs:" not in gpu  # the outputs of matrix jobs overwrite each other: nothing reads them
     assert "pull-requests" not in gpu and "GH_TOKEN" not in gpu  # the job that runs PR code cannot write to the PR
     assert "persist-credentials: false" in gpu
     # Concurrency per PR and job; a skipped event gets a group of its own run id (the job's `if` repeated).
     def condition(job: str) -> str:
-        return " ".join(re.search(r"^    if: >-\n(.*?)\n    runs-on", job, flags=re.S | re.M).group(1).split())
+        return " ".join(re.search(r"^    if: >-\n(.*?)\n    [a-z-]+:", job, flags=re.S | re.M).group(1).split())
 
     for name, job in jobs.items():
         group = re.search(r"    concurrency:\n      group: >-\n(.*?)\n      cancel-in-progress", job, flags=re.S)
         assert group, name
         g = " ".join(group.group(1).split())
         assert f"format('evidence-skipped-{{0}}-{name}', github.run_id)" in g, (name, g)
-        runs_when = condition(jobs["cpu" if name == "cpu" else "gpu"])  # publish runs exactly when gpu does
+        runs_when = condition(jobs["cpu" if name == "cpu" else "gpu"])  # merge and publish run exactly when gpu does
         assert g.startswith("${{ (" + runs_when + ") && format("), (name, runs_when, g)
-    assert "format('evidence-gpu-pr-{0}', github.event.pull_request.number)" in " ".join(gpu.split())
-    # publish: only after the gpu job, with the base branch's code, comment + labels only when verify succeeded.
-    assert "needs: gpu" in publish and "ref: ${{ github.event.pull_request.base.sha }}" in publish
+    assert "format('evidence-gpu-pr-{0}-{1}', github.event.pull_request.number, matrix.gpu)" in " ".join(gpu.split())
+    # merge: after every gpu job, on a hosted runner with the base branch's code; every GPU type of the matrix must
+    # bring a pack; the verdict is required complete, signatures checked against the committed allowed signers.
+    assert "needs: gpu" in merge and "runs-on: ubuntu-latest" in merge
+    assert "ref: ${{ github.event.pull_request.base.sha }}" in merge and "persist-credentials: false" in merge
+    assert "pattern: evidence-gpu-*" in merge
+    assert "GPUS: ${{ " + gpu_list + " }}" in merge  # the matrix's own list
+    assert ('python -m evpack merge "${members[@]}" --out "$out/verdict" --require complete \\\n'
+            "            --allowed-signers artifacts/reference/allowed_signers") in merge
+    steps = ["python -m evpack merge", "name: evidence-merged", "name: Require a complete merged verdict"]
+    at = [merge.index(s) for s in steps]
+    assert at == sorted(at), dict(zip(steps, at, strict=True))
+    assert "pull-requests" not in merge and "GH_TOKEN" not in merge
+    # publish: only after merge, with the base branch's code; the merged comment + labels only when a verdict was made.
+    assert "needs: merge" in publish and "ref: ${{ github.event.pull_request.base.sha }}" in publish
     assert "runs-on: ubuntu-latest" in publish and "actions/download-artifact@" in publish
-    ok = publish[publish.index("if: ${{ needs.gpu.outputs.verified == 'true' }}"):]
+    assert "name: evidence-merged" in publish
+    ok = publish[publish.index("if: ${{ needs.merge.outputs.made == 'true' }}"):]
     ok = ok[: ok.index("      - name:")]
-    assert "pr-evidence.sh comment \"$pack\"" in ok and "pr-evidence.sh labels \"$pack\"" in ok
-    assert "python -m evpack label \"$pack\" --format github" in ok
-    bad = publish[publish.index("if: ${{ needs.gpu.outputs.verified != 'true' }}"):]
+    assert "pr-evidence.sh comment \"$verdict\"" in ok and "pr-evidence.sh labels \"$verdict\"" in ok
+    assert "python -m evpack label \"$verdict\" --format github" in ok
+    bad = publish[publish.index("if: ${{ needs.merge.outputs.made != 'true' }}"):]
     assert "pr-evidence.sh failed - \"$PR\"" in bad and "pr-evidence.sh comment-file" in bad and "exit 1" in bad
     labels_cfg = (REPO / ".github" / "actionlint.yaml").read_text()
-    assert "- gpu" in labels_cfg
+    assert "- gpu" in labels_cfg and "- h200" in labels_cfg and "- h100" in labels_cfg
 
 
 # ------------------------------------------------------------------ the PR step, with a fake gh
@@ -266,3 +286,19 @@ def test_failed_labels_evidence_failed_whatever_the_pack_says(fake):
     pairs = set(zip(edit[5::2], edit[6::2], strict=True))
     assert pairs == {("--add-label", "evidence:failed"), ("--remove-label", "evidence:complete"),
                      ("--remove-label", "tensor-cores-verified")}
+
+
+def test_comment_posts_a_merged_verdicts_comment_md(fake, tmp_path):
+    """publish hands the script a merged verdict folder (merged.json, comment.md), not a pack."""
+    verdict = tmp_path / "verdict"
+    verdict.mkdir()
+    (verdict / "merged.json").write_text("{}\n")
+    (verdict / "comment.md").write_text(f"{MARKER}\n# Evidence on 2 GPUs, one commit: **evidence:partial**\n")
+    _, calls = fake("comment", labels=["evidence:partial"], target=str(verdict))
+    (post,) = [c for c in calls if "--method" in c["argv"]]
+    assert post["body"] == f"{MARKER}\n# Evidence on 2 GPUs, one commit: **evidence:partial**\n"
+    empty = tmp_path / "neither"
+    empty.mkdir()
+    r = subprocess.run(["bash", str(REPO / "scripts" / "lib" / "pr-evidence.sh"), "comment", str(empty), "42"],
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "GITHUB_REPOSITORY": "o/r"})
+    assert r.returncode == 2 and "is neither a pack nor a merged verdict" in r.stderr

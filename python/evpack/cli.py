@@ -17,8 +17,9 @@ import os
 import sys
 from pathlib import Path
 
+from . import merge_cli
 from .options import REQUIREMENTS, STAGE_COMMANDS, SUITES, meets, parse_stages, run_options
-from .pack import INCOMPLETE_PREFIX, PackError, ensure_writable, inside_pack
+from .pack import INCOMPLETE_PREFIX, PackError, ensure_writable, inside_pack, under_packs_folder
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PACKS = REPO / "artifacts" / "packs"
@@ -53,9 +54,9 @@ def guard_output(path: Path, *, force: bool, names: tuple[str, ...]) -> Path:
     pack = inside_pack(path)
     if pack is not None:
         raise PackError(f"{path} is inside the pack {pack}: a pack is never modified after it is written")
-    for parent in (path, *path.parents):
-        if (parent / "latest").is_symlink() or parent.name in ("packs", "reference") and parent.parent.name == "artifacts":
-            raise PackError(f"{path} is under the packs folder {parent}: only an evidence run writes there")
+    packs = under_packs_folder(path)
+    if packs is not None:
+        raise PackError(f"{path} is under the packs folder {packs}: only an evidence run writes there")
     existing = [n for n in names if (path / n).exists()]
     if existing and not force:
         raise PackError(f"{path}: {', '.join(existing)} already exist(s); pass --force to replace")
@@ -120,8 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, default=None, help="folder for the rendered files (outside any pack)")
     r.add_argument("--force", action="store_true", help="replace existing report files in --out")
     r.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
-    v = sub.add_parser("verify", help="re-hash and re-derive a pack; non-zero on any mismatch",
-                       description="Re-hash every file, re-derive every stage, gate and label, compare decisions.",
+    v = sub.add_parser("verify", help="re-hash and re-derive a pack (or a merged verdict); non-zero on any mismatch",
+                       description="Re-hash every file, re-derive every stage, gate and label, compare decisions. "
+                                   "A merged verdict (a folder with merged.json, see `merge`): every member "
+                                   "re-verified, every digest re-checked, the overall label re-derived.",
                        epilog="exit status: 0 verified; 1 mismatches; 2 not a pack / bad input")
     _pack_arg(v)
     v.add_argument("--allowed-signers", type=Path, default=None,
@@ -130,11 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reject an unsigned pack (needs --allowed-signers)")
     v.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
     lb = sub.add_parser("label", help="print the pack's labels (after verifying it)",
-                        description="Verify a pack, then print its labels.",
+                        description="Verify a pack (or a merged verdict, see `merge`), then print its labels.",
                         epilog="exit status: 0 printed; 1 the pack does not verify; 2 not a pack / bad input")
     _pack_arg(lb)
     lb.add_argument("--format", choices=("text", "json", "github", "gh-args"), default="text")
     lb.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
+    merge_cli.add_parser(sub)
     sub.add_parser("kernels", help="list the registered variants and configs",
                    description="List the registered kernel variants and their configs.")
     c = sub.add_parser("compare", help="compare the benchmarks of two packs",
@@ -224,6 +228,8 @@ def cmd_verify(args) -> int:
     from .verify import verify_all
 
     pack = resolve_pack(args.pack)
+    if merge_cli.is_merged_verdict(pack):
+        return merge_cli.verify(args, pack)
     problems, prov = verify_all(pack, allowed_signers=args.allowed_signers, require_signature=args.require_signature,
                                 stages=args.stage_package)
     for p in problems:
@@ -239,6 +245,8 @@ def cmd_label(args) -> int:
     from .verify import verify_all
 
     pack = resolve_pack(args.pack)
+    if merge_cli.is_merged_verdict(pack):
+        return merge_cli.label(args, pack)
     problems, _ = verify_all(pack, stages=args.stage_package)
     if problems:
         print(f"error: {pack.name} does not verify ({len(problems)} mismatch(es), first: {problems[0]}); "
@@ -254,6 +262,8 @@ def cmd_report(args) -> int:
     from .verify import verify_all
 
     pack = resolve_pack(args.pack)
+    if merge_cli.is_merged_verdict(pack):
+        raise PackError(f"{pack} is a merged verdict: its report.md and comment.md are in it (`report` renders a pack)")
     problems, _ = verify_all(pack, stages=args.stage_package)
     if problems:  # a report is a view of verified data only
         print(f"error: {pack.name} does not verify ({len(problems)} mismatch(es), first: {problems[0]}); "
@@ -382,6 +392,8 @@ def dispatch(args) -> int:
 
         run_inline(args.stage, args.pack, REPO, json.loads(args.options), stages=args.stage_package)
         return 0
+    if args.cmd == "merge":
+        return merge_cli.merge(args, [resolve_pack(p) for p in args.packs])
     return {"verify": cmd_verify, "label": cmd_label, "report": cmd_report, "env": cmd_env,
             "compare": cmd_compare, "history": cmd_history, "dispatch-table": cmd_dispatch_table}[args.cmd](args)
 

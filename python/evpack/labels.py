@@ -42,6 +42,30 @@ def decide(gate_status: dict[str, str], perf_regression: bool = False) -> LabelD
     return LabelDecision(label, tuple(labels))
 
 
+def merged_label(member_labels: list[str], signatures_ok: list[bool] | None = None) -> str:
+    """The one label of a merged verdict over packs of one commit made on several GPUs.
+
+    complete: every member is complete and, when signatures are checked (signatures_ok given: one entry
+    per member, True when its signature verifies against the allowed signers), every member is signed and
+    its signature verifies; failed: any member failed (or there is no member, or a label this code does
+    not know); partial: otherwise (a member partial, or a complete member without a verified signature).
+    """
+    if not member_labels or any(lab not in MAIN_LABELS or lab == FAILED for lab in member_labels):
+        return FAILED
+    if all(lab == COMPLETE for lab in member_labels) and (signatures_ok is None or all(signatures_ok)):
+        return COMPLETE
+    return PARTIAL
+
+
+def merged_labels(member_labels: list[list[str]], label: str) -> list[str]:
+    """The merged verdict's labels: its label, each finer label that every member holds, and
+    perf-regression when any member holds it."""
+    labels = [label] + [name for name in FINER if all(name in m for m in member_labels)]
+    if any(PERF_REGRESSION in m for m in member_labels):
+        labels.append(PERF_REGRESSION)
+    return labels
+
+
 def gh_args(labels: list[str]) -> list[str]:
     """Arguments for `gh pr edit`: add the pack's labels, remove every other label this tool owns."""
     args: list[str] = []

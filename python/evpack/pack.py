@@ -71,6 +71,16 @@ def inside_pack(path: Path) -> Path | None:
     return None
 
 
+def under_packs_folder(path: Path) -> Path | None:
+    """The packs folder (one holding a `latest` link, or artifacts/packs, artifacts/reference) that `path`
+    is or lies in: only an evidence run writes there."""
+    path = path.resolve()
+    for parent in (path, *path.parents):
+        if (parent / "latest").is_symlink() or parent.name in ("packs", "reference") and parent.parent.name == "artifacts":
+            return parent
+    return None
+
+
 def load_pack_record(pack_dir: Path) -> dict:
     """pack.json of a pack, with the fields a label needs, or PackError."""
     pj = load_pack_file(pack_dir, "pack.json")

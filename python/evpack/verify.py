@@ -38,7 +38,7 @@ from .stages.order import stage_module
 MAX_LISTED = 20  # per kind of file problem; the rest are counted
 
 
-def _walk(pack_dir: Path) -> tuple[set[str], list[str]]:
+def list_files(pack_dir: Path) -> tuple[set[str], list[str]]:
     """(regular files relative to the pack, problems: symlinks and special files)."""
     files, problems = set(), []
     stack = [pack_dir]
@@ -76,7 +76,7 @@ def check_index(pack_dir: Path) -> list[str]:
     listed = index.get("files") if isinstance(index, dict) else None
     if not isinstance(listed, dict) or not all(isinstance(v, str) for v in listed.values()):
         return ["index.json is malformed: no files table of name -> sha256"]
-    present, problems = _walk(pack_dir)
+    present, problems = list_files(pack_dir)
     present -= set(UNINDEXED_FILES)
     problems += _listed("missing file", sorted(set(listed) - present))
     problems += _listed("file not in index.json", sorted(present - set(listed)))

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Put a pack on its pull request (called by .github/workflows/evidence.yml, after `verify`):
+# Put a pack (or a merged verdict of several GPUs' packs) on its pull request (called by
+# .github/workflows/evidence.yml, after `verify`); PACK_DIR is a pack or a merged verdict folder:
 #   scripts/lib/pr-evidence.sh comment      PACK_DIR PR   create or update THE evidence comment (comment.md)
 #   scripts/lib/pr-evidence.sh comment-file FILE     PR   the same comment, from a prepared body
 #   scripts/lib/pr-evidence.sh labels       PACK_DIR PR   set the pack's labels, drop stale ones
@@ -20,7 +21,8 @@ pack=${2:-}
 pr=${3:-}
 { [ -n "$verb" ] && [ -n "$pack" ] && [ -n "$pr" ]; } || die "usage: $0 comment|comment-file|labels|failed PACK_DIR|FILE|- PR"
 case $verb in
-comment | labels) [ -f "$pack/pack.json" ] || die "$pack is not a pack (no pack.json)" ;;
+comment | labels) [ -f "$pack/pack.json" ] || [ -f "$pack/merged.json" ] ||
+    die "$pack is neither a pack nor a merged verdict (no pack.json, no merged.json)" ;;
 comment-file) [ -f "$pack" ] || die "no such comment body file: $pack" ;;
 esac
 [[ $pr =~ ^[0-9]+$ ]] || die "PR must be a number, not '$pr'"

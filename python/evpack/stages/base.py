@@ -21,6 +21,8 @@ A stage module (python/evpack/stages/<name>.py) defines:
         A short markdown block shown right after the gate table (the bench leaderboard).
     def figures(stage_dir: Path) -> list[Path]   (optional)
         PNG files inside stage_dir to embed in report.html.
+    def headline(outcome: StageOutcome) -> dict   (optional)
+        Headline numbers for a merged verdict (name -> text or number), one column per GPU.
 
 The records themselves (StageOutcome, statuses) live in evpack.model; JSON I/O in evpack.jsonio.
 """

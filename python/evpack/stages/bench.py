@@ -450,6 +450,17 @@ def facts(outcome: StageOutcome, pack: PackFacts) -> PackFacts:
                       canonical_speedup=outcome.data.get("canonical_speedup"))
 
 
+def headline(outcome: StageOutcome) -> dict:
+    """The numbers a merged verdict shows for this pack's GPU: the canonical shape, the best of ours there
+    and its speedup against each SDPA backend ({} when the benchmark did not decide or has no canonical row)."""
+    d = outcome.data
+    if outcome.status not in (PASS, FAIL) or d.get("canonical_speedup") is None:
+        return {}
+    vs = d.get("canonical_speedup_vs") or {"default": d["canonical_speedup"]}
+    return {"canonical shape": d.get("canonical_shape"), "best of ours": d.get("canonical_best"),
+            **{f"speedup vs SDPA {backend}": value for backend, value in vs.items()}}
+
+
 def headline_md(stage_dir: Path, outcome: StageOutcome) -> str:
     """The canonical-shape leaderboard, shown near the top of the reports (never for an errored stage)."""
     if outcome.status not in (PASS, FAIL):
@@ -469,4 +480,4 @@ def figures(stage_dir: Path) -> list[Path]:
     return [stage_dir / f for f in plots.FILES if (stage_dir / f).is_file()]
 
 
-__all__ = ["NAME", "NEEDS_GPU", "TIMEOUT_S", "run", "derive", "headline_md", "report_md", "figures"]
+__all__ = ["NAME", "NEEDS_GPU", "TIMEOUT_S", "run", "derive", "headline", "headline_md", "report_md", "figures"]

@@ -1,0 +1,211 @@
+"""The record of a merged verdict (merged.json): what it says about each member pack, and its decision.
+
+A merged verdict covers several packs of one commit, each made on its own GPU. Everything in a member's
+record is read from that pack's files (pack.json, env.json, provenance.json, the stages' outcome.json)
+after `verify` has checked them, so `merge` (which writes the record) and `verify` (which re-reads it
+from the copied members and compares) share this one module. Standard library only.
+
+Layout of a merged verdict folder:
+  merged.json   this record (kind, schema, rule, label, labels, members, ...)
+  report.md     one column per member GPU: label, signature, gates, headline numbers
+  comment.md    the short PR comment
+  index.json    SHA-256 of merged.json, report.md and comment.md
+  members/<pack-id>/   a byte-for-byte copy of each member pack (each verifies on its own)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from .binary import sha256_file
+from .jsonio import read_json
+from .labels import merged_label, merged_labels
+from .model import GATE_ORDER, StageOutcome, worst
+from .provenance import PROVENANCE_FILE, SIGNATURE_FILE
+from .provenance_check import SIGNED, UNCHECKED, ProvenanceCheck
+from .stages.order import STAGE_ORDER, stage_module
+
+KIND = "evpack-merged-verdict"
+SCHEMA = 1
+KNOWN_SCHEMAS = (1,)
+MERGED_FILE = "merged.json"
+INDEX_FILE = "index.json"
+MEMBERS_DIR = "members"
+VERDICT_FILES = (MERGED_FILE, "report.md", "comment.md")  # the files index.json lists
+DIGESTED = ("index.json", "pack.json", PROVENANCE_FILE, SIGNATURE_FILE)  # a member's digests (those present)
+
+# A member's signature, as the merge saw it.
+VERIFIED = "verified"  # signed, and the signature verifies against the allowed signers
+UNCHECKED_SIG = "unchecked"  # signed and intact, but its signer was not checked (no --allowed-signers, or no ssh-keygen)
+UNSIGNED = "unsigned"
+SIGNATURE_STATES = (VERIFIED, UNCHECKED_SIG, UNSIGNED)
+
+RULE = ("evidence:complete only when every member is evidence:complete and, when signatures are checked "
+        "(--allowed-signers), every member is signed and its signature verifies against the allowed signers; "
+        "otherwise evidence:failed when any member is evidence:failed, else evidence:partial")
+
+
+def is_merged_verdict(path: Path) -> bool:
+    return (Path(path) / MERGED_FILE).is_file()
+
+
+def signature_state(prov: ProvenanceCheck) -> str:
+    """verified / unchecked / unsigned from a member's provenance check (run with or without allowed signers)."""
+    if prov.state == SIGNED and prov.principal:
+        return VERIFIED
+    if prov.state in (SIGNED, UNCHECKED):
+        return UNCHECKED_SIG
+    return UNSIGNED
+
+
+def device_used(devices: list[dict], visible: str | None) -> dict | None:
+    """The GPU the stages ran on, from nvidia-smi's listing: the first entry of CUDA_VISIBLE_DEVICES (an
+    index, a UUID or a UUID prefix), or index 0 when it is unset. None when it names no listed device."""
+    token = (visible or "0").split(",")[0].strip()
+    for d in devices:
+        if token.isdigit() and d.get("index") == int(token):
+            return d
+        uuid = str(d.get("uuid") or "")
+        if not token.isdigit() and token and (uuid == token or uuid.startswith(token) or uuid == f"GPU-{token}"):
+            return d
+    return None
+
+
+def _json(path: Path):
+    try:
+        return read_json(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _gpu(env: dict, statement: dict | None) -> dict:
+    listed = ((statement or {}).get("predicate") or {}).get("gpu") or {}
+    smi = listed.get("devices") if isinstance(listed.get("devices"), dict) else None
+    devices = [d for d in (smi or {}).get("devices") or [] if isinstance(d, dict)]
+    used = device_used(devices, (smi or {}).get("visible"))
+    return {"name": env.get("gpu_name"), "compute_capability": env.get("compute_capability"),
+            "driver": env.get("driver_version"), "uuid": used.get("uuid") if used else None,
+            "devices": [{k: d.get(k) for k in ("index", "name", "uuid", "driver")} for d in devices],
+            "visible": (smi or {}).get("visible"), "devices_from": PROVENANCE_FILE if smi is not None else None}
+
+
+def headline(pack_dir: Path, pj: dict, stages: str | None = None) -> dict:
+    """Headline numbers from the stages that offer them (stage hook `headline(outcome)`), read from their
+    checked outcome.json."""
+    out: dict = {}
+    for name in STAGE_ORDER:
+        if name not in pj.get("stages", {}):
+            continue
+        hook = getattr(stage_module(name, stages), "headline", None)
+        outcome = _json(pack_dir / name / "outcome.json")
+        if hook is None or not isinstance(outcome, dict):
+            continue
+        out.update(hook(StageOutcome.from_json(outcome)))
+    return out
+
+
+def digests(pack_dir: Path) -> dict[str, str]:
+    return {name: sha256_file(pack_dir / name) for name in DIGESTED if (pack_dir / name).is_file()}
+
+
+def member_record(pack_dir: Path, prov: ProvenanceCheck, *, stages: str | None = None) -> dict:
+    """What merged.json says about one member, read from its files (which `verify` has checked)."""
+    pj = read_json(pack_dir / "pack.json")
+    env = _json(pack_dir / "env.json") or {}
+    statement = _json(pack_dir / PROVENANCE_FILE)
+    statement = statement if isinstance(statement, dict) else None
+    tree = (((statement or {}).get("predicate") or {}).get("source") or {}).get("tree") or {}
+    git = pj.get("git") or {}
+    return {
+        "pack_id": pj["pack_id"],
+        "path": f"{MEMBERS_DIR}/{pj['pack_id']}",
+        "schema_version": pj.get("schema_version"),
+        "created_utc": pj.get("created_utc"),
+        "source": {"commit": git.get("commit"), "dirty": git.get("dirty"), "tree_sha256": tree.get("sha256")},
+        "label": pj["label"],
+        "labels": list(pj["labels"]),
+        "gates": {g: (v or {}).get("status") for g, v in pj["gates"].items()},
+        "gpu": _gpu(env, statement),
+        "headline": headline(pack_dir, pj, stages),
+        "signature": {"state": signature_state(prov), "principal": prov.principal, "fingerprint": prov.fingerprint},
+        "digests": digests(pack_dir),
+    }
+
+
+def source_problems(members: list[dict]) -> list[str]:
+    """Why these members cannot be one verdict: no commit, different commits, different uncommitted changes."""
+    out = [f"member {m['pack_id']}: pack.json records no git commit, so it cannot be matched with the others"
+           for m in members if not m["source"]["commit"]]
+    commits: dict[str, list[str]] = {}
+    for m in members:
+        if m["source"]["commit"]:
+            commits.setdefault(m["source"]["commit"], []).append(m["pack_id"])
+    if len(commits) > 1:
+        out.append("members come from different commits (a merged verdict covers one commit): " + "; ".join(
+            f"{c[:12]}: {', '.join(ids)}" for c, ids in commits.items()))
+    trees = [m["source"]["tree_sha256"] for m in members]
+    dirty = [m["pack_id"] for m in members if m["source"]["dirty"]]
+    if None not in trees and len(set(trees)) > 1:
+        out.append("members come from different source trees (their tracked files differ, e.g. other uncommitted "
+                   "changes): " + "; ".join(f"{m['pack_id']}: {t[:12]}" for m, t in zip(members, trees, strict=True)))
+    elif None in trees and dirty:
+        out.append(f"{', '.join(dirty)}: built from a dirty tree, and not every member records its source tree "
+                   "digest (provenance.json), so the uncommitted changes cannot be matched")
+    return out
+
+
+def gpu_types(members: list[dict]) -> list[dict]:
+    """The GPU types (by name) in order of first appearance, each with its members."""
+    types: dict[str | None, list[str]] = {}
+    for m in members:
+        types.setdefault(m["gpu"]["name"], []).append(m["pack_id"])
+    return [{"name": name, "members": ids} for name, ids in types.items()]
+
+
+def combined_gates(members: list[dict]) -> dict[str, str]:
+    """Each gate's worst status over the members that hold it (error > fail > skipped > pass)."""
+    names = [g for g in GATE_ORDER if any(g in m["gates"] for m in members)]
+    names += sorted({g for m in members for g in m["gates"]} - set(names))
+    return {g: worst(m["gates"][g] for m in members if g in m["gates"]) for g in names}
+
+
+def decide(members: list[dict], signatures_checked: bool) -> dict:
+    """The verdict's label and labels under RULE, its GPU types and combined gates."""
+    ok = [m["signature"]["state"] == VERIFIED for m in members] if signatures_checked else None
+    label = merged_label([m["label"] for m in members], ok)
+    return {"label": label, "labels": merged_labels([m["labels"] for m in members], label),
+            "gpu_types": gpu_types(members), "gates": combined_gates(members)}
+
+
+def label_view(record: dict) -> dict:
+    """The merged verdict in the shape `labels.format_labels` prints (gate reasons: each member's status)."""
+    gates = {}
+    for g, status in record["gates"].items():
+        per = [f"{m['gpu']['name'] or 'no GPU'} {m['gates'].get(g, '-')}" for m in record["members"]]
+        gates[g] = {"status": status, "reason": "; ".join(per)}
+    return {"pack_id": record["verdict_id"], "label": record["label"], "labels": record["labels"], "gates": gates}
+
+
+def verdict_id(members: list[dict]) -> str:
+    """<commit sha12>-<sha12 of the members' index.json digests, sorted>: the same members, the same id."""
+    joined = "\n".join(sorted(m["digests"]["index.json"] for m in members))
+    commit = (members[0]["source"]["commit"] or "nogit")[:12] if members else "none"
+    return f"{commit}-{hashlib.sha256(joined.encode('ascii')).hexdigest()[:12]}"
+
+
+def load_record(folder: Path) -> dict:
+    """merged.json as a dict; ValueError naming what is wrong (corrupt, another kind, an unknown schema)."""
+    try:
+        record = read_json(Path(folder) / MERGED_FILE)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{MERGED_FILE} is corrupt: {exc}") from None
+    if not isinstance(record, dict) or record.get("kind") != KIND:
+        raise ValueError(f"{MERGED_FILE} is not a merged verdict (kind must be {KIND!r})")
+    if record.get("schema") not in KNOWN_SCHEMAS:
+        raise ValueError(f"{MERGED_FILE} schema {record.get('schema')!r} is unknown to this code (it knows "
+                         f"{', '.join(map(str, KNOWN_SCHEMAS))}): use a newer evpack")
+    if not isinstance(record.get("members"), list) or not all(isinstance(m, dict) for m in record["members"]):
+        raise ValueError(f"{MERGED_FILE} is malformed: no members list")
+    return record
+

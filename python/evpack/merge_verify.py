@@ -1,0 +1,176 @@
+"""`verify DIR` of a merged verdict (a folder with merged.json): every member re-verified, every digest
+re-checked, the overall label re-derived.
+
+What is checked:
+- the verdict's own files (merged.json, report.md, comment.md) against its index.json; no symlink or
+  special file anywhere; members/ holds exactly the members merged.json names;
+- each member with the pack `verify` (consistency, provenance statement, and its signature against
+  --allowed-signers when given), the SHA-256 of its index.json, pack.json and provenance files against
+  merged.json, and its whole record (label, gates, GPU, headline numbers, source) re-read from its files;
+- that the members still come from one commit, and the label, labels, GPU types and combined gates
+  re-derived under the rule merged.json records.
+Signatures: with --allowed-signers each member's signature state is re-derived and compared; without,
+a member merged.json calls verified must still carry an intact signature (its signer is not checked
+here, as `verify` of a pack says). Reports are views, covered by index.json and never compared as text.
+
+Standard library only, like verify.py.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .binary import sha256_file
+from .jsonio import read_json
+from .merge_record import (
+    INDEX_FILE,
+    MEMBERS_DIR,
+    SIGNATURE_STATES,
+    UNSIGNED,
+    VERDICT_FILES,
+    decide,
+    load_record,
+    member_record,
+    source_problems,
+    verdict_id,
+)
+from .pack import PACK_ID_RE, PackError
+from .signing import SigningError, read_allowed_signers, ssh_keygen
+from .verify import list_files, verify_all
+
+COMPARED = ("label", "labels", "gpu_types", "gates")  # the decision, re-derived from the members
+
+
+@dataclass(frozen=True)
+class MergedCheck:
+    problems: tuple[str, ...]
+    members: tuple[tuple[str, str], ...]  # (pack id, provenance summary)
+    label: str | None
+    signers_checked: bool  # the signature states were re-derived against the allowed signers and compared
+    rule_needs_signatures: bool = False  # merged.json's rule: complete needs every member's signature verified
+
+
+def differences(stored, derived, path: str) -> list[str]:
+    """Where a stored record and the one re-derived from the files disagree (keys on either side count)."""
+    if isinstance(stored, dict) and isinstance(derived, dict):
+        out: list[str] = []
+        for k in list(derived) + [k for k in stored if k not in derived]:
+            if k not in stored:
+                out.append(f"{path}.{k}: missing in merged.json")
+            elif k not in derived:
+                out.append(f"{path}.{k}: not derivable from the member's files")
+            else:
+                out += differences(stored[k], derived[k], f"{path}.{k}")
+        return out
+    return [] if stored == derived else [f"{path}: merged.json says {stored!r} but the files give {derived!r}"]
+
+
+def check_own_files(folder: Path, names: set[str]) -> list[str]:
+    """The verdict's files against index.json; members/ holds exactly the named members (folders)."""
+    try:
+        index = read_json(folder / INDEX_FILE)
+    except FileNotFoundError:
+        return [f"no {INDEX_FILE}"]
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        return [f"{INDEX_FILE} is corrupt: {exc}"]
+    listed = index.get("files") if isinstance(index, dict) else None
+    if not isinstance(listed, dict):
+        return [f"{INDEX_FILE} is malformed: no files table of name -> sha256"]
+    files, problems = list_files(folder)
+    own = {f for f in files if not f.startswith(f"{MEMBERS_DIR}/")} - {INDEX_FILE}
+    problems += [f"missing file: {f}" for f in sorted(set(VERDICT_FILES) - own)]
+    problems += [f"file not in {INDEX_FILE}: {f}" for f in sorted(own - set(listed))]
+    problems += [f"{INDEX_FILE} lists a file that is not there: {f}" for f in sorted(set(listed) - own)]
+    problems += [f"hash mismatch: {f}" for f in sorted(own & set(listed)) if sha256_file(folder / f) != listed[f]]
+    present = {p.name for p in (folder / MEMBERS_DIR).iterdir()} if (folder / MEMBERS_DIR).is_dir() else set()
+    problems += [f"{MEMBERS_DIR}/{n}: not a member named by merged.json" for n in sorted(present - names)]
+    problems += [f"{MEMBERS_DIR}/{n}: missing (merged.json names it as a member)" for n in sorted(names - present)]
+    problems += [f"{MEMBERS_DIR}/{n}: not a folder" for n in sorted(names & present)
+                 if not (folder / MEMBERS_DIR / n).is_dir() or (folder / MEMBERS_DIR / n).is_symlink()]
+    return problems
+
+
+def _signature_problems(stored: dict, derived: dict, signers_checked: bool, where: str) -> list[str]:
+    if stored.get("state") not in SIGNATURE_STATES:
+        return [f"{where}.signature.state: unknown state {stored.get('state')!r}"]
+    if (stored["state"] == UNSIGNED) != (derived["state"] == UNSIGNED):
+        return [f"{where}.signature: merged.json says {stored['state']} but the member is {derived['state']}"]
+    out = []
+    if signers_checked and stored["state"] != derived["state"]:
+        out.append(f"{where}.signature: merged.json says {stored['state']} but against these allowed signers "
+                   f"it is {derived['state']}")
+    if stored.get("fingerprint") and derived.get("fingerprint") and stored["fingerprint"] != derived["fingerprint"]:
+        out.append(f"{where}.signature: merged.json names key {stored['fingerprint']} but the member is signed "
+                   f"with {derived['fingerprint']}")
+    return out
+
+
+def verify_merged(folder: Path, *, allowed_signers: Path | None = None, require_signature: bool = False,
+                  stages: str | None = None) -> MergedCheck:
+    """Mismatches of a merged verdict (none when it verifies); a damaged member or merged.json is a mismatch.
+    SigningError (exit 2) only for bad signing options."""
+    folder = Path(folder).resolve()
+    if require_signature and allowed_signers is None:
+        raise SigningError("--require-signature needs --allowed-signers FILE: a signature is trusted only "
+                           "against known signers")
+    if allowed_signers is not None:  # bad signing input is exit 2, before any member is read
+        allowed_signers = read_allowed_signers(allowed_signers)
+        ssh_keygen()
+    try:
+        record = load_record(folder)
+    except FileNotFoundError:
+        return MergedCheck(("no merged.json",), (), None, False)
+    except ValueError as exc:
+        return MergedCheck((str(exc),), (), None, False)
+    stored_members = record["members"]
+    ids = [str(m.get("pack_id")) for m in stored_members]
+    problems = check_own_files(folder, set(ids))
+    if not ids:
+        problems.append("merged.json names no member")
+    if len(set(ids)) != len(ids):
+        problems.append("merged.json names a member twice")
+    rule = record.get("rule") if isinstance(record.get("rule"), dict) else {}
+    if not isinstance(rule.get("signatures_checked"), bool):
+        problems.append("rule.signatures_checked: missing in merged.json")
+    # States are compared exactly only when both the merge and this check had allowed signers.
+    strict = allowed_signers is not None and rule.get("signatures_checked") is True
+    derived, summaries = [], []
+    for i, (pack_id, stored) in enumerate(zip(ids, stored_members, strict=True)):
+        where = f"members[{i}] ({pack_id})"
+        member = folder / MEMBERS_DIR / pack_id
+        if not PACK_ID_RE.match(pack_id):
+            problems.append(f"{where}: not a pack id")
+            continue
+        if not member.is_dir() or member.is_symlink():
+            continue  # named by check_own_files
+        try:
+            member_problems, prov = verify_all(member, allowed_signers=allowed_signers,
+                                               require_signature=require_signature, stages=stages)
+            rec = member_record(member, prov, stages=stages)
+        except (PackError, OSError, ValueError, KeyError, TypeError) as exc:
+            problems.append(f"member {pack_id}: not a readable pack: {exc}")
+            continue
+        problems += [f"member {pack_id}: {p}" for p in member_problems]
+        summaries.append((pack_id, prov.summary))
+        problems += differences({k: v for k, v in stored.items() if k != "signature"},
+                                {k: v for k, v in rec.items() if k != "signature"}, where)
+        problems += _signature_problems(stored.get("signature") or {}, rec["signature"], strict, where)
+        if not strict and isinstance(stored.get("signature"), dict):
+            rec["signature"] = stored["signature"]  # the signer is not re-checked here: merged.json's word
+        derived.append(rec)
+    if len(derived) != len(stored_members):
+        return MergedCheck(tuple(problems), tuple(summaries), record.get("label"), strict,
+                           rule.get("signatures_checked") is True)
+    problems += source_problems(derived)
+    decision = decide(derived, rule.get("signatures_checked") is True)
+    decision["verdict_id"] = verdict_id(derived)
+    for key in (*COMPARED, "verdict_id"):
+        problems += differences(record[key], decision[key], key) if key in record else [
+            f"{key}: missing in merged.json"]
+    stored_commit = (record.get("source") if isinstance(record.get("source"), dict) else {}).get("commit")
+    commit = derived[0]["source"]["commit"] if derived else None
+    if stored_commit != commit:
+        problems.append(f"source.commit: merged.json says {stored_commit} but the members come from {commit}")
+    return MergedCheck(tuple(problems), tuple(summaries), decision["label"], strict,
+                       rule.get("signatures_checked") is True)
