@@ -6,10 +6,15 @@ max |out - ref| <= 2 * max |torch_out - ref| + floor, NaN-poisoned outputs), and
 harness (cold mode: input sets rotated past 2x L2, interleaved sampling, event timing).
 
     python setup.py build_ext --inplace   # EVPACK_VARIANTS=wgmma,mma to build less
-    python bench/hopper_dev.py --out DIR [--variants wgmma,mma] [--skip-timing] [--quick]
+    python bench/hopper_dev.py --out DIR [--variants wgmma,mma] [--skip-timing] [--quick] [--shapes d64,d64c]
 
 Prints the correctness summary, then one table per shape: median µs, TFLOP/s, ratio to SDPA's
 flash and cuDNN backends. Writes DIR/hopper_dev.json with every row.
+
+Correctness: S in ODD_SEQS (--quick: 77, 512, 513), a strided (B, S, H, D) view, and (both modes) the
+MULTI_ITEM shapes, which have more work items than an H200 has SMs, so one persistent CTA runs several
+items back to back (the K/V ring, the Q buffers and the cross-item overlap carry over), with tails.
+--shapes picks the timed shapes by name (TIMED_NAMES; "causal" = the causal ones; default all).
 """
 from __future__ import annotations
 
@@ -40,6 +45,10 @@ TIMED = (  # (B, H, S, D, dtype, causal): the issue's targets at S=512
     (16, 16, 512, 128, "fp16", True),
     (16, 16, 512, 64, "bf16", False),
 )
+TIMED_NAMES = ("d64", "d64c", "d128", "d128c", "bf16")  # --shapes names, in TIMED's order
+SHAPE_GROUPS = {"all": TIMED_NAMES, "causal": ("d64c", "d128c")}
+# (B, H, S): > 132 work items of 128 query rows (several per persistent CTA), with a seqlen tail
+MULTI_ITEM = ((64, 8, 77), (8, 16, 200), (4, 16, 1000))
 SDPA = ("flash", "cudnn")
 
 
@@ -71,6 +80,7 @@ def correctness(variants, quick: bool) -> list[dict]:
                 for causal in (False, True):
                     shapes = [dict(B=2, H=3, S=s, layout="bhsd") for s in seqs]
                     shapes.append(dict(B=1, H=2, S=200, layout="bshd"))  # strided (B, S, H, D) views
+                    shapes += [dict(B=b, H=h, S=s, layout="bhsd") for b, h, s in MULTI_ITEM]
                     if not quick:
                         shapes.append(dict(B=16, H=16, S=512, layout="bhsd"))
                     for i, sh in enumerate(shapes):
@@ -79,11 +89,24 @@ def correctness(variants, quick: bool) -> list[dict]:
     return rows
 
 
-def timing(variants, rule: StopRule) -> list[dict]:
+def timed_shapes(spec: str) -> list[tuple]:
+    """--shapes: comma list of TIMED_NAMES or SHAPE_GROUPS keys -> TIMED entries, in TIMED's order."""
+    names: set[str] = set()
+    for tok in (t.strip() for t in spec.split(",")):
+        if tok in SHAPE_GROUPS:
+            names.update(SHAPE_GROUPS[tok])
+        elif tok in TIMED_NAMES:
+            names.add(tok)
+        elif tok:
+            raise SystemExit(f"--shapes: unknown {tok!r} (known: {', '.join((*SHAPE_GROUPS, *TIMED_NAMES))})")
+    return [shape for name, shape in zip(TIMED_NAMES, TIMED, strict=True) if name in names]
+
+
+def timing(variants, rule: StopRule, shapes) -> list[dict]:
     stream = torch.cuda.Stream()
     l2 = harness.device_info()["l2_bytes"]
     rows = []
-    for b, h, s, d, dtype, causal in TIMED:
+    for b, h, s, d, dtype, causal in shapes:
         set_bytes = 4 * b * h * s * d * torch.finfo(DTYPES[dtype]).bits // 8
         n_sets = roofline.rotation_sets(set_bytes, l2)
         sets = [tuple(make_qkv(b, h, s, d, dtype, 1000 + i)) for i in range(n_sets)]
@@ -132,9 +155,12 @@ def main() -> int:
     ap.add_argument("--timing-variants", default="wgmma,mma")
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--shapes", default="all", help=f"timed shapes: comma list of {', '.join(TIMED_NAMES)} or "
+                    f"{', '.join(SHAPE_GROUPS)} (default all)")
     ap.add_argument("--one-call", metavar="CONFIG", help="one call at the canonical shape, nothing else (for ncu)")
     ap.add_argument("--causal", action="store_true", help="with --one-call")
     args = ap.parse_args()
+    shapes = timed_shapes(args.shapes)
     if args.one_call:
         q, k, v = make_qkv(16, 16, 512, 64, "fp16", 0)
         out = torch.empty_like(q)
@@ -161,7 +187,7 @@ def main() -> int:
         return 1 if failed else 0
     rule = StopRule(warmup=5, min_samples=40, max_samples=400, time_cap_s=0.4, target_rel_iqr=0.01)
     built = {r[0] for r in _extension("wgmma").kernels()}
-    trows = timing([registry.get(n) for n in args.timing_variants.split(",") if n in built], rule)
+    trows = timing([registry.get(n) for n in args.timing_variants.split(",") if n in built], rule, shapes)
     result["timing"] = trows
     (out_dir / "hopper_dev.json").write_text(json.dumps(result, indent=1))
     print(f"\n{'shape':<28} {'impl':<26} {'µs':>8} {'TFLOP/s':>8} {'x flash':>8} {'x cudnn':>8}")
