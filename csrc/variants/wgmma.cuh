@@ -79,10 +79,10 @@ constexpr int kConsumerRegs = 240;
 #define EVPACK_WGMMA_CAUSAL_ORDER 2  // 2 head-major where its static balance equals longest-first's
 #endif
 #ifndef EVPACK_WGMMA_CROSS_ITEM  // an item's last P.V issued with the next item's first S
-#define EVPACK_WGMMA_CROSS_ITEM 1
+#define EVPACK_WGMMA_CROSS_ITEM 0  // measured slower on the H200 (bench/NOTES.md, wgmma section 5)
 #endif
 #ifndef EVPACK_WGMMA_DIAG_SKIP  // causal: the first warpgroup's diagonal tile covers its visible 64 keys only
-#define EVPACK_WGMMA_DIAG_SKIP 1
+#define EVPACK_WGMMA_DIAG_SKIP 0  // measured slower on the H200 (bench/NOTES.md, wgmma section 5)
 #endif
 static_assert((EVPACK_WGMMA_BRANCHFREE_MASK == 0 || EVPACK_WGMMA_BRANCHFREE_MASK == 1) &&
                   (EVPACK_WGMMA_CROSS_ITEM == 0 || EVPACK_WGMMA_CROSS_ITEM == 1) &&
