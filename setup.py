@@ -47,7 +47,6 @@ os.chdir(ROOT)  # sources are given relative to the repository root
 # use) installs the Python package only: the evidence run's build stage compiles the extension in place
 # (python/evpack/_C*.so), where the editable package finds it.
 BUILD_COMMANDS = {"build", "build_ext", "install", "bdist", "bdist_wheel", "bdist_egg"}
-DEFAULT_ARCHS = "80;89;90;90a"  # 90a reaches only the variants that need it (wgmma)
 NVCC_FLAGS = ["-std=c++17", "-O3", "--use_fast_math", "-lineinfo", "-Xptxas", "-v", "-Xcompiler", "-fvisibility=hidden"]
 CXX_FLAGS = ["-O3", "-fvisibility=hidden"]  # C++ standard: torch's default (its headers lean on C++20)
 
@@ -63,7 +62,7 @@ def _load(name: str):
 
 def _archs(buildgen) -> list[str]:
     try:
-        return buildgen.parse_archs(os.environ.get("EVPACK_CUDA_ARCHS", DEFAULT_ARCHS))
+        return buildgen.parse_archs(os.environ.get("EVPACK_CUDA_ARCHS", buildgen.DEFAULT_ARCHS))
     except ValueError as e:
         raise SystemExit(str(e)) from None
 

@@ -308,10 +308,10 @@ def test_worktree_that_cannot_be_created(tiny_repo, tmp_path):
 
 
 def test_base_archs():
-    assert baseline_build.base_archs(None, "90") == "90"
+    assert baseline_build.base_archs(None, "90") == "90;90a"  # the Hopper-only variant is compared too
     assert baseline_build.base_archs("80;89;90a", "90") == "90a"
     assert baseline_build.base_archs("80,89", "90") == "80,89"  # not in the head's list: the head's list
-    assert baseline_build.base_archs(None, None) == "80;89;90"
+    assert baseline_build.base_archs(None, None) == "80;89;90;90a"
 
 
 def test_worktree_build_and_two_copies_of_the_extension(tiny_repo, tmp_path, monkeypatch):

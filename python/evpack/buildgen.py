@@ -18,6 +18,9 @@ from pathlib import Path
 
 # registry dtype name -> C++ element type
 CXX_TYPES = {"fp16": "__half", "bf16": "__nv_bfloat16"}
+# The default EVPACK_CUDA_ARCHS (setup.py and the A/B's base build): 90a reaches only the variants that
+# need it (wgmma); the others are built for the plain archs.
+DEFAULT_ARCHS = "80;89;90;90a"
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # An EVPACK_CUDA_ARCHS entry: an SM version ("90"), optionally arch-specific ("90a") or

@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..binary import find_built, sha256_file
+from ..buildgen import DEFAULT_ARCHS  # setup.py's default, one definition
 from ..pack import PackError
 
-DEFAULT_ARCHS = "80;89;90"  # setup.py's default
 BUILD_TIMEOUT_S = 3600
 RESULT_FILE = "result.json"
 LOG_FILE = "build.log"
@@ -215,6 +215,10 @@ def prepared_baseline(repo: Path, spec: BaselineSpec, *, build_now: bool, progre
             archs = base_archs(os.environ.get("EVPACK_CUDA_ARCHS"), device_arch())
             progress(f"baseline {spec.ref} ({spec.commit[:12]}): building in {wt} for sm {archs}")
             res = build(wt, out_dir, archs=archs)
+            plain = ";".join(a for a in archs.split(";") if not a.strip().endswith(("a", "f")))
+            if res.error and plain and plain != archs:  # a base from before arch-specific targets existed
+                progress(f"baseline build for sm {archs} failed ({res.error}); again for sm {plain}")
+                res = build(wt, out_dir, archs=plain)
             progress(f"baseline build: {'ok' if not res.error else res.error} ({res.elapsed_s:.1f} s)")
         yield opt
     finally:
