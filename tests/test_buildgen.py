@@ -54,7 +54,7 @@ def test_build_stage_names_the_variants_the_build_left_out(tmp_path):
 
     from evpack.stages import build
 
-    ref = REPO / "artifacts" / "reference" / "20261122T225629Z-342053fbdce2"
+    ref = REPO / "artifacts" / "reference" / "20261123T010017Z-5cbc2fa93b94"
     pack = tmp_path / "pack"
     shutil.copytree(ref / "build", pack / "build")
     before = build.derive(pack / "build", pack)

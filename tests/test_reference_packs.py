@@ -135,6 +135,6 @@ def test_newest_reference_pack_holds_the_evidence_the_issues_ask_for():
     comment = (NEWEST / "comment.md").read_text()
     assert len(comment) <= 10_000 and "evidence:complete" in comment
     ab = json.loads((NEWEST / "bench" / "ab.json").read_text())
-    assert ab["status"] == "pass" and ab["base_commit"].startswith("965ad1b") and not ab["regressions"]
+    assert ab["status"] == "pass" and ab["base_commit"].startswith("342053f") and not ab["regressions"]
     canaries = json.loads((NEWEST / "canaries" / "outcome.json").read_text())["data"]["matrix"]
     assert len(canaries) >= 13 and all(c["caught"] for c in canaries)
