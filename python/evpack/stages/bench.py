@@ -14,6 +14,8 @@ run() writes into the stage folder:
   bench.log, *.png       progress log and plots
   integrity.json         what the timing-integrity checks cost (harness: persisting-L2 reset, drain)
   canary_bench.json      the impossible-speed canary timed through the same harness
+With a GPU list (options["gpus"]) the suite's shapes are split over the GPUs, one process each, into
+shard<k>/ folders that hold the files above (stages/bench_shards.py documents that layout).
 derive() recomputes the summary from samples.csv.gz + ceilings.json and requires it to match,
 then applies bench/integrity.py (speed of light, device drain, persisting L2, timed outputs) to
 the rows, and requires the canary to be caught by those rules.
