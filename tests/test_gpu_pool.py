@@ -12,6 +12,7 @@ from evpack.gpus import Gpu, GpuSelectionError, apply_visible, parse_smi, select
 from evpack.stages.procs import Job, cell_gpus, gpu_slots, run_jobs
 
 REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 TWO = [Gpu(0, "GPU-aaaaaaaa-0000", "NVIDIA H200"), Gpu(1, "GPU-bbbbbbbb-1111", "NVIDIA H200")]
 
 # A cell that records which GPU it was given and when it ran (to see how many ran at once per GPU).
@@ -49,9 +50,17 @@ def test_cuda_visible_devices_narrows_and_renumbers():
     assert apply_visible(TWO, "") == []
 
 
-def test_parse_smi_skips_what_is_not_a_gpu_line():
-    text = "0, GPU-aaaaaaaa-0000, NVIDIA H200\nNo devices were found\n1, GPU-bbbbbbbb-1111, NVIDIA H200 NVL\n"
-    assert [(g.index, g.name) for g in parse_smi(text)] == [(0, "NVIDIA H200"), (1, "NVIDIA H200 NVL")]
+def test_parse_smi_on_real_listings():
+    """nvidia-smi's listing as captured on a one-GPU and a two-GPU H200 host (tests/fixtures/README.md)."""
+    two = parse_smi((FIXTURES / "query-index-uuid-name-2xh200.csv").read_text())
+    assert [(g.index, g.name) for g in two] == [(0, "NVIDIA H200"), (1, "NVIDIA H200")]
+    assert all(g.uuid.startswith("GPU-") and len(g.uuid) == 40 for g in two) and two[0].uuid != two[1].uuid
+    one = parse_smi((FIXTURES / "query-index-uuid-name-h200.csv").read_text())
+    assert len(one) == 1 and select(None, one) is None and len(select(None, two)) == 2
+    narrowed = apply_visible(two, two[1].uuid)  # CUDA_VISIBLE_DEVICES=<the second GPU's UUID>
+    assert narrowed == [Gpu(0, two[1].uuid, "NVIDIA H200")]
+    with pytest.raises(GpuSelectionError, match="GPU 1 is not there"):
+        select("1", narrowed)
 
 
 def _jobs(tmp_path: Path, n: int) -> list[Job]:
