@@ -101,7 +101,7 @@ def test_self_ab_on_real_samples_of_the_reference_packs(pack):
     halves hold 15-19 and their CIs are wider than a real side's. Measured when written: 638 and
     648 of 672 SAME (94.9%, 96.4%), 0 FASTER/SLOWER; on the rows whose halves hold >= 30 samples
     (a real side's minimum) 253/260 and 252/259 (97.3%)."""
-    from evpack.stages.bench_shards import shard_dirs
+    from evpack.timing.shards import shard_dirs
 
     samples = {}
     for folder in shard_dirs(pack / "bench"):  # a benchmark sharded over GPUs keeps samples per shard

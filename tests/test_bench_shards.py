@@ -19,6 +19,7 @@ from evpack.model import ERROR, PASS
 from evpack.stages import bench, bench_shards
 from evpack.timing import ab, ceilings
 from evpack.timing import summary as sm
+from evpack.timing.shards import SHARDS_FILE
 from evpack.timing.suites import load_suite
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,7 +32,7 @@ def _single_gpu_bench_with_ab() -> Path:
     """The newest reference pack whose benchmark ran on one GPU with an A/B (bench/ab.json)."""
     for pack in sorted(REFERENCE.iterdir(), reverse=True):
         b = pack / "bench"
-        if (b / "ab.json").is_file() and not (b / bench_shards.SHARDS_FILE).is_file():
+        if (b / "ab.json").is_file() and not (b / SHARDS_FILE).is_file():
             return b
     pytest.skip("no single-GPU reference pack with an A/B")
 
@@ -86,7 +87,7 @@ def shard_bench(src: Path, dst: Path, groups: list[list[str]]) -> None:
         procs[d.name] = {"cmd": [], "env": {}, "returncode": 0, "timed_out": False, "duration_s": 1.0,
                          "gpu": {"index": k, "uuid": f"GPU-{k:08d}"}}
         (dst / f"{d.name}.log").write_text("")
-    (dst / bench_shards.SHARDS_FILE).write_text(json.dumps({"schema": 1, "shards": shards}))
+    (dst / SHARDS_FILE).write_text(json.dumps({"schema": 1, "shards": shards}))
     (dst / "summary.json").write_text(json.dumps(sm.summary_from_rows(meta, rows)))
     (dst / "procs.json").write_text(json.dumps(procs))
     for name in ("binary.json", "bench.log"):
@@ -151,9 +152,9 @@ def test_merged_summary_must_match_the_shards(sharded):
 
 def test_every_shape_once(sharded):
     _, dst = sharded
-    _edit_json(dst / bench_shards.SHARDS_FILE, lambda d: d["shards"][0]["shapes"].pop())
+    _edit_json(dst / SHARDS_FILE, lambda d: d["shards"][0]["shapes"].pop())
     assert "exactly once" in bench.derive(dst, dst.parent).reason
-    _edit_json(dst / bench_shards.SHARDS_FILE, lambda d: d["shards"][1]["shapes"].extend(d["shards"][0]["shapes"]))
+    _edit_json(dst / SHARDS_FILE, lambda d: d["shards"][1]["shapes"].extend(d["shards"][0]["shapes"]))
     assert bench.derive(dst, dst.parent).status == ERROR
 
 

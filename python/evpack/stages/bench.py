@@ -30,11 +30,10 @@ import time
 from pathlib import Path
 
 from ..model import PackFacts
-from ..timing import ab, ab_stage, plots
+from ..timing import ab_stage, plots, shards
 from ..timing import summary as sm
-from ..timing.compare import compare_rows, regressions
 from ..timing.suites import ADHOC, Suite, load_suite, with_adhoc
-from . import bench_shards
+from . import bench_outcome, bench_shards
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
 
 NAME = "bench"
@@ -42,7 +41,7 @@ NEEDS_GPU = True
 TIMEOUT_S = 900  # full suite budget 8 min + ceilings, build load and plots
 REQUIRED_FILES = ("bench.log", "run.json", "samples.csv.gz", "summary.json", "ceilings.json", "clocks.json")  # raw files a stage that decided pass/fail keeps (verify requires them)
 REQUIRED = ("summary.json", sm.SAMPLES_FILE, "ceilings.json", "run.json", "clocks.json", "binary.json")
-META_KEYS = ("suite", "canonical", "primary_mode")
+META_KEYS = bench_outcome.META_KEYS
 CANARY = "canary_side_stream"
 CANARY_FILE = "canary_bench.json"
 INTEGRITY_FILE = "integrity.json"
@@ -72,21 +71,31 @@ def _run_sharded(ctx: StageContext, t_start: float) -> None:
     suite = resolve_suite(ctx.options, ctx.repo)
     merged = bench_shards.run(ctx, suite)
     rows = read_json(ctx.dir / "summary.json")["rows"]
+    _plots(rows, ctx.dir, suite.primary_mode)
+    wall = time.perf_counter() - t_start
+    # every GPU of the pool is held for the stage's wall time
+    _write_run_json(ctx, suite, wall * len(ctx.options["gpus"]), device=merged["device"], shards=merged["shards"],
+                    wall_s=wall)
+    log.info("bench: done in %.1f s on %d GPU(s)", wall, len(ctx.options["gpus"]))
+
+
+def _plots(rows: list[dict], stage_dir: Path, mode: str) -> None:
     try:
-        plots.make_all(rows, ctx.dir, suite.primary_mode)
+        plots.make_all(rows, stage_dir, mode)
     except Exception as exc:  # noqa: BLE001 - a plot failure must not lose the measurements
         log.warning("plots failed: %s", exc)
+
+
+def _write_run_json(ctx: StageContext, suite: Suite, gpu_seconds: float, **extra) -> None:
+    """run.json: suite, shapes, options, what the run cost, the previous pack (copied here) and the baseline,
+    plus `extra` (the device, and the shards of a sharded run)."""
     prev = _copy_previous(ctx.options, ctx.dir)
-    wall = time.perf_counter() - t_start
-    gpu_s = wall * len(ctx.options["gpus"])  # every GPU of the pool is held for the stage's wall time
     rate = cost_per_hour(ctx.options)
     write_json(ctx.dir / "run.json", {
         "schema": 1, "suite": suite.name, "shapes": [s.shape.key for s in suite.shapes],
         "options": {k: v for k, v in ctx.options.items() if isinstance(v, (str, int, float, bool, list, type(None)))},
-        "device": merged["device"], "shards": merged["shards"], "wall_s": wall, "gpu_seconds": gpu_s,
-        "cost_per_hour": rate, "cost_usd": None if rate is None else gpu_s / 3600 * rate,
-        **prev, **_baseline_commit(ctx.options)})
-    log.info("bench: done in %.1f s on %d GPU(s)", wall, len(ctx.options["gpus"]))
+        **extra, "gpu_seconds": gpu_seconds, "cost_per_hour": rate,
+        "cost_usd": None if rate is None else gpu_seconds / 3600 * rate, **prev, **_baseline_commit(ctx.options)})
 
 
 def cost_per_hour(options: dict) -> float | None:
@@ -175,19 +184,10 @@ def _run(ctx: StageContext, t_start: float) -> None:
     write_json(ctx.dir / "summary.json", summary)
     if ab_meta is not None:
         ab_stage.write(ctx.dir, ab_meta, summary["rows"], samples, base_records, base_samples)
-    try:
-        plots.make_all(summary["rows"], ctx.dir, suite.primary_mode)
-    except Exception as exc:  # noqa: BLE001 - a plot failure must not lose the measurements
-        log.warning("plots failed: %s", exc)
-    prev = _copy_previous(opts, ctx.dir)
+    _plots(summary["rows"], ctx.dir, suite.primary_mode)
     secs = time.perf_counter() - t_start
-    rate = cost_per_hour(opts)
-    write_json(ctx.dir / "run.json", {
-        "schema": 1, "suite": suite.name, "shapes": [s.shape.key for s in suite.shapes],
-        "options": {k: v for k, v in opts.items() if isinstance(v, (str, int, float, bool, list, type(None)))},
-        "device": info, "sleep_cycles_per_s": harness.sleep_cycles_per_s(stream),
-        "gpu_seconds": secs, "cost_per_hour": rate, "cost_usd": None if rate is None else secs / 3600 * rate,
-        **prev, **_baseline_commit(opts)})
+    sleep_rate = harness.sleep_cycles_per_s(stream)
+    _write_run_json(ctx, suite, secs, device=info, sleep_cycles_per_s=sleep_rate)
     log.info("bench: done in %.1f s", secs)
 
 
@@ -210,21 +210,6 @@ def _prepare_base(ctx: StageContext, head_sha256: str):
         log.info("bench: base %s (%s) loaded, %d kernels", meta["base_ref"], str(meta["base_commit"])[:12],
                  len(base.kernels))
     return base, meta
-
-
-def _with_ab(stage_dir: Path, data: dict, reason: str, rows: list[dict], samples: dict,
-             run_info: dict) -> tuple[str, str | None]:
-    """Re-derive ab.json (if the run had a baseline) into data; returns (reason, problem or None)."""
-    ab_data, problem = ab_stage.derive(stage_dir, rows, samples, run_info.get("baseline_commit"))
-    if problem:
-        return reason, problem
-    if ab_data is None:
-        return reason, None
-    data["ab"] = ab_stage.outcome_data(ab_data)
-    if ab_data["status"] == "pass":  # the same-run A/B decides perf-regression, not the previous pack
-        data["previous_regressions"] = data["regressions"]
-        data["regressions"] = list(ab_data["regressions"])
-    return reason + "; " + ab.summary_line(ab_data), None
 
 
 def _write_integrity(stage_dir: Path, records: list[dict]) -> None:
@@ -367,7 +352,7 @@ def _decide(rows: list[dict], throttled: bool) -> tuple[str, str]:
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
-    if bench_shards.is_sharded(stage_dir):  # measured over several GPUs: each shard by the rules below
+    if shards.is_sharded(stage_dir):  # measured over several GPUs: each shard by the rules below
         return bench_shards.derive(stage_dir, pack_dir, _derive_one)
     return _derive_one(stage_dir, pack_dir)
 
@@ -375,14 +360,14 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
 def required_files(stage_dir: Path) -> tuple[str, ...]:
     """The raw files `verify` requires of a bench stage that decided (REQUIRED_FILES, in every shard's folder
     when the benchmark was sharded over GPUs)."""
-    if not bench_shards.is_sharded(stage_dir):
+    if not shards.is_sharded(stage_dir):
         return REQUIRED_FILES
-    top = ("bench.log", "run.json", "summary.json", "binary.json", bench_shards.SHARDS_FILE, "procs.json")
+    top = ("bench.log", "run.json", "summary.json", "binary.json", shards.SHARDS_FILE, "procs.json")
     try:
-        shards = bench_shards.shard_dirs(stage_dir)
+        folders = shards.shard_dirs(stage_dir)
     except (OSError, ValueError, KeyError, TypeError):
         return top  # an unreadable shards.json: derive names it
-    return top + tuple(f"{d.name}/{f}" for d in shards for f in REQUIRED_FILES)
+    return top + tuple(f"{d.name}/{f}" for d in folders for f in REQUIRED_FILES)
 
 
 def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
@@ -416,33 +401,20 @@ def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         if i_status != PASS:
             reason = i_reason if status == PASS else f"{i_reason}; {reason}"
             status = ERROR if ERROR in (status, i_status) else FAIL
-    counts = {s: sum(1 for r in rows if r["status"] == s) for s in sm.ROW_STATUSES}
-    data = {"suite": meta["suite"], "rows": len(rows), **{f"rows_{s}": n for s, n in counts.items()},
-            "canonical_shape": meta["canonical"], "primary_mode": meta["primary_mode"],
-            "canonical_speedup": recomputed["canonical_speedup"], "canonical_best": recomputed["canonical_best"],
-            "canonical_speedup_vs": recomputed["canonical_speedup_vs"], "throttled": bool(clk.get("throttled")),
-            "gpu_seconds": run_info.get("gpu_seconds"), "cost_usd": run_info.get("cost_usd"),
-            "so_sha256": read_json(stage_dir / "binary.json").get("sha256"),
-            "regressions": None, "compare_counts": None}
+    data = bench_outcome.summary_data(recomputed, throttled=bool(clk.get("throttled")), run_info=run_info,
+                                      so_sha256=read_json(stage_dir / "binary.json").get("sha256"))
     if new_format:
         data["integrity"] = i_summary
         data["canaries"] = [canary_outcome(stage_dir, ceil_rates)]
-    prev_path = stage_dir / "previous_summary.json"
-    if prev_path.is_file():
-        try:
-            diff = compare_rows(read_json(prev_path)["rows"], rows)
-            data["regressions"] = [f"{e['impl']}|{e['variant']}|{e['config']}|{e['shape']}|{e['mode']}"
-                                        for e in regressions(diff)]
-            data["compare_counts"] = diff["counts"]
-            data["previous_pack_id"] = run_info.get("previous_pack_id")
-        except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
-            return StageOutcome(ERROR, f"corrupt previous_summary.json: {exc}")
-    if recomputed["canonical_speedup"] is not None:
-        reason += (f"; canonical {recomputed['canonical_best']} {recomputed['canonical_speedup']:.2f}x "
-                   f"SDPA default ({meta['primary_mode']})")
-    reason, problem = _with_ab(stage_dir, data, reason, rows, samples, run_info)
+    problem = bench_outcome.add_previous(stage_dir, rows, run_info, data)
     if problem:
         return StageOutcome(ERROR, problem)
+    reason += bench_outcome.canonical_note(recomputed)
+    ab_data, problem = ab_stage.derive(stage_dir, rows, samples, run_info.get("baseline_commit"))
+    if problem:
+        return StageOutcome(ERROR, problem)
+    if ab_data is not None:
+        reason += bench_outcome.add_ab(data, ab_data)
     return StageOutcome(status, reason, data)
 
 

@@ -23,22 +23,17 @@ import sys
 from pathlib import Path
 
 from ..model import ERROR, PASS, StageOutcome, worst
-from ..timing import ab
 from ..timing import summary as sm
 from ..timing.ab_stage import load as load_ab
-from ..timing.ab_stage import outcome_data as ab_outcome
 from ..timing.roofline import shape_flops
+from ..timing.shards import SHARDS_FILE
+from . import bench_outcome
 from .base import read_json, write_json
 from .procs import Job, run_jobs
 
-SHARDS_FILE = "shards.json"
 SCHEMA = 1
 SHARD_TIMEOUT_S = 870  # inside the bench stage's TIMEOUT_S
 log = logging.getLogger("evpack.stages")
-
-
-def is_sharded(stage_dir: Path) -> bool:
-    return (stage_dir / SHARDS_FILE).is_file()
 
 
 def assign(shapes, n: int) -> list[list]:
@@ -54,17 +49,10 @@ def assign(shapes, n: int) -> list[list]:
     return [[shapes[i] for i in sorted(p)] for p in picks if p]
 
 
-def shard_dirs(stage_dir: Path) -> list[Path]:
-    """The folders holding single-GPU bench files: the shards of a sharded run, else the stage folder."""
-    if not is_sharded(stage_dir):
-        return [stage_dir]
-    return [stage_dir / s["dir"] for s in read_json(stage_dir / SHARDS_FILE)["shards"]]
-
-
 def run(ctx, suite) -> dict:
     """Measure the suite on ctx.options["gpus"], one shard process per GPU; write shards.json, the merged
     summary.json and binary.json. Returns the shards' part of run.json."""
-    from ..runner import _Follower  # shows each shard's log on the terminal as it grows
+    from ..runner import LogFollower  # shows each shard's log on the terminal as it grows
 
     gpus = ctx.options["gpus"]
     parts = assign(list(suite.shapes), len(gpus))
@@ -79,7 +67,7 @@ def run(ctx, suite) -> dict:
         jobs.append(Job(s["dir"], cmd, SHARD_TIMEOUT_S))
     log.info("bench: %d shapes in %d shard(s) over GPU(s) %s", len(suite.shapes), len(shards),
              ", ".join(str(g["index"]) for g in gpus))
-    followers = [_Follower(ctx.dir / f"{s['dir']}.log", f"bench/{s['dir']}") for s in shards]
+    followers = [LogFollower(ctx.dir / f"{s['dir']}.log", f"bench/{s['dir']}") for s in shards]
     for f in followers:
         f.start()
     try:
@@ -88,14 +76,14 @@ def run(ctx, suite) -> dict:
         for f in followers:
             f.stop.set()
             f.join()
-    return merge(ctx.dir, suite, procs)
+    return merge(ctx.dir, shards, suite, procs)
 
 
-def merge(stage_dir: Path, suite, procs: dict) -> dict:
+def merge(stage_dir: Path, shards: list[dict], suite, procs: dict) -> dict:
     """summary.json and binary.json of the stage folder from the shards that finished (a shard that did not:
     derive says so). Returns {"shards": [dir, shapes, GPU, device, gpu_seconds of each]} for run.json."""
     rows, runs = [], []
-    for s in read_json(stage_dir / SHARDS_FILE)["shards"]:
+    for s in shards:
         d = stage_dir / s["dir"]
         if (d / "summary.json").is_file():
             rows += read_json(d / "summary.json")["rows"]
@@ -152,7 +140,7 @@ def derive(stage_dir: Path, pack_dir: Path, derive_single) -> StageOutcome:
             return StageOutcome(ERROR, f"{s['dir']}: loaded a binary other than bench/binary.json's")
         outcomes.append(out)
         rows += read_json(d / "summary.json")["rows"]
-    meta = {k: written[k] for k in ("suite", "canonical", "primary_mode")}
+    meta = {k: written[k] for k in bench_outcome.META_KEYS}
     merged = sm.summary_from_rows(meta, rows)
     diffs = sm.differences(written, merged)
     if diffs:
@@ -164,16 +152,11 @@ def derive(stage_dir: Path, pack_dir: Path, derive_single) -> StageOutcome:
 def _combine(stage_dir: Path, outcomes: list[StageOutcome], merged: dict, run_info: dict, gpus: list[dict],
              binary: str | None) -> StageOutcome:
     rows = merged["rows"]
-    counts = {s: sum(1 for r in rows if r["status"] == s) for s in sm.ROW_STATUSES}
     datas = [o.data for o in outcomes]
     status = worst(o.status for o in outcomes)
-    data = {"suite": merged["suite"], "rows": len(rows), **{f"rows_{s}": n for s, n in counts.items()},
-            "canonical_shape": merged["canonical"], "primary_mode": merged["primary_mode"],
-            "canonical_speedup": merged["canonical_speedup"], "canonical_best": merged["canonical_best"],
-            "canonical_speedup_vs": merged["canonical_speedup_vs"],
-            "throttled": any(d.get("throttled") for d in datas),
-            "gpu_seconds": run_info.get("gpu_seconds"), "cost_usd": run_info.get("cost_usd"), "so_sha256": binary,
-            "regressions": None, "compare_counts": None, "gpus": gpus}
+    data = bench_outcome.summary_data(merged, throttled=any(d.get("throttled") for d in datas), run_info=run_info,
+                                      so_sha256=binary)
+    data["gpus"] = gpus
     if all("integrity" in d for d in datas):
         data["integrity"] = {k: sum(d["integrity"].get(k) or 0 for d in datas)
                              for k in ("broken_rows", "impossible_rows", "timed_checks")}
@@ -190,26 +173,11 @@ def _combine(stage_dir: Path, outcomes: list[StageOutcome], merged: dict, run_in
               f"shapes on {len(gpus)} GPU(s), outputs re-checked")
     if bad:
         reason = "; ".join(f"{g['dir']}: {o.reason}" for g, o in bad)
-    if merged["canonical_speedup"] is not None:
-        reason += (f"; canonical {merged['canonical_best']} {merged['canonical_speedup']:.2f}x SDPA default "
-                   f"({merged['primary_mode']})")
-    prev_path = stage_dir / "previous_summary.json"
-    if prev_path.is_file():
-        from ..timing.compare import compare_rows, regressions
-
-        try:
-            diff = compare_rows(read_json(prev_path)["rows"], rows)
-        except (ValueError, KeyError, TypeError) as exc:
-            return StageOutcome(ERROR, f"corrupt previous_summary.json: {exc}")
-        data["regressions"] = [f"{e['impl']}|{e['variant']}|{e['config']}|{e['shape']}|{e['mode']}"
-                               for e in regressions(diff)]
-        data["compare_counts"] = diff["counts"]
-        data["previous_pack_id"] = run_info.get("previous_pack_id")
+    problem = bench_outcome.add_previous(stage_dir, rows, run_info, data)
+    if problem:
+        return StageOutcome(ERROR, problem)
+    reason += bench_outcome.canonical_note(merged)
     full = load_ab(stage_dir)
     if full is not None:  # each shard's ab.json was re-derived from its samples above
-        data["ab"] = ab_outcome(full)
-        if full["status"] == "pass":  # the same-run A/B decides perf-regression, not the previous pack
-            data["previous_regressions"] = data["regressions"]
-            data["regressions"] = list(full["regressions"])
-        reason += "; " + ab.summary_line(full)
+        reason += bench_outcome.add_ab(data, full)
     return StageOutcome(status, reason, data)

@@ -20,6 +20,7 @@ import shutil
 from pathlib import Path
 
 from . import ab
+from .shards import shard_dirs
 from .summary import read_samples
 
 log = logging.getLogger(__name__)
@@ -145,23 +146,9 @@ def outcome_data(ab_data: dict) -> dict:
             "base_so_sha256": ab_data.get("base_so_sha256")}
 
 
-def ab_files(stage_dir: Path) -> list[Path]:
-    """The bench stage's ab.json files: its own, or each shard's in a benchmark sharded over GPUs."""
-    if (stage_dir / ab.AB_FILE).is_file():
-        return [stage_dir / ab.AB_FILE]
-    shards = stage_dir / "shards.json"
-    if not shards.is_file():
-        return []
-    try:
-        dirs = [s["dir"] for s in json.loads(shards.read_text(encoding="utf-8"))["shards"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
-    return [stage_dir / d / ab.AB_FILE for d in dirs if (stage_dir / d / ab.AB_FILE).is_file()]
-
-
 def load(stage_dir: Path) -> dict | None:
     """The run's A/B (merged over the shards of a sharded benchmark); None without one. Raises on unreadable files."""
-    files = ab_files(stage_dir)
+    files = [d / ab.AB_FILE for d in shard_dirs(stage_dir) if (d / ab.AB_FILE).is_file()]
     if not files:
         return None
     return ab.merge([json.loads(p.read_text(encoding="utf-8")) for p in files])

@@ -1,0 +1,62 @@
+"""The bench stage's outcome data, shared by its one-GPU derive (bench.py) and the sharded one
+(bench_shards.py): the summary's numbers, the previous-pack comparison and the A/B's part.
+Standard library only (verify)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..timing import ab
+from ..timing import summary as sm
+from ..timing.ab_stage import outcome_data
+from .base import read_json
+
+META_KEYS = ("suite", "canonical", "primary_mode")  # summary.json's run-level fields
+
+
+def summary_data(summary: dict, *, throttled: bool, run_info: dict, so_sha256: str | None) -> dict:
+    """data of a bench outcome from its (re-derived) summary: row counts, canonical speedup, cost, binary."""
+    rows = summary["rows"]
+    counts = {s: sum(1 for r in rows if r["status"] == s) for s in sm.ROW_STATUSES}
+    return {"suite": summary["suite"], "rows": len(rows), **{f"rows_{s}": n for s, n in counts.items()},
+            "canonical_shape": summary["canonical"], "primary_mode": summary["primary_mode"],
+            "canonical_speedup": summary["canonical_speedup"], "canonical_best": summary["canonical_best"],
+            "canonical_speedup_vs": summary["canonical_speedup_vs"], "throttled": throttled,
+            "gpu_seconds": run_info.get("gpu_seconds"), "cost_usd": run_info.get("cost_usd"),
+            "so_sha256": so_sha256, "regressions": None, "compare_counts": None}
+
+
+def canonical_note(summary: dict) -> str:
+    """The reason's canonical-speedup clause ('' without a timed variant of ours at the canonical shape)."""
+    if summary["canonical_speedup"] is None:
+        return ""
+    return (f"; canonical {summary['canonical_best']} {summary['canonical_speedup']:.2f}x "
+            f"SDPA default ({summary['primary_mode']})")
+
+
+def add_previous(stage_dir: Path, rows: list[dict], run_info: dict, data: dict) -> str | None:
+    """The comparison with the previous pack (previous_summary.json, when the run had one) into data:
+    its regressions and counts. Returns a problem (a corrupt file) or None."""
+    from ..timing.compare import compare_rows, regressions
+
+    path = stage_dir / "previous_summary.json"
+    if not path.is_file():
+        return None
+    try:
+        diff = compare_rows(read_json(path)["rows"], rows)
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"corrupt previous_summary.json: {exc}"
+    data["regressions"] = [f"{e['impl']}|{e['variant']}|{e['config']}|{e['shape']}|{e['mode']}"
+                           for e in regressions(diff)]
+    data["compare_counts"] = diff["counts"]
+    data["previous_pack_id"] = run_info.get("previous_pack_id")
+    return None
+
+
+def add_ab(data: dict, ab_data: dict) -> str:
+    """The A/B (re-derived ab.json) into data; a passed A/B decides perf-regression, not the previous pack.
+    Returns the clause for the reason."""
+    data["ab"] = outcome_data(ab_data)
+    if ab_data["status"] == "pass":
+        data["previous_regressions"] = data["regressions"]
+        data["regressions"] = list(ab_data["regressions"])
+    return "; " + ab.summary_line(ab_data)
