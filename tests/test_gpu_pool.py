@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evpack.gpus import Gpu, GpuSelectionError, apply_visible, parse_smi, select
-from evpack.stages.procs import Job, cell_gpus, gpu_slots, run_jobs
+from evpack.stages.procs import PROCS_FILE, Job, gpu_slots, run_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
@@ -76,7 +76,9 @@ def test_pool_pins_each_cell_to_the_gpu_its_record_names(tmp_path):
         assert seen[name]["visible"] == rec["gpu"]["uuid"]  # the cell saw exactly the GPU its record names
         assert "CUDA_VISIBLE_DEVICES" not in rec["env"]  # the job's own env is recorded unchanged
     assert {r["gpu"]["index"] for r in records.values()} == {0, 1}
-    assert [g["uuid"] for g in cell_gpus(tmp_path)] == [g.uuid for g in TWO]
+    on_disk = json.loads((tmp_path / PROCS_FILE).read_text())
+    assert on_disk == json.loads(json.dumps(records))  # procs.json keeps each cell's GPU
+    assert sorted({r["gpu"]["uuid"] for r in on_disk.values()}) == [g.uuid for g in TWO]
     # one slot per GPU: no two cells overlap in time on the same GPU
     for uuid in (g.uuid for g in TWO):
         spans = sorted((s["t0"], s["t1"]) for s in seen.values() if s["visible"] == uuid)
@@ -96,7 +98,7 @@ def test_pool_runs_parallel_slots_per_gpu(tmp_path):
 def test_without_a_pool_nothing_is_pinned(tmp_path):
     records = run_jobs(_jobs(tmp_path, 2), tmp_path, REPO)
     assert all("gpu" not in r for r in records.values())
-    assert cell_gpus(tmp_path) == []
+    assert all("gpu" not in r for r in json.loads((tmp_path / PROCS_FILE).read_text()).values())
 
 
 def test_cli_refuses_a_gpu_that_is_not_there(tmp_path):

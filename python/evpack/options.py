@@ -70,25 +70,25 @@ def check_suite(repo: Path, suite: str, shapes: list[str]) -> None:
         raise PackError(str(exc)) from None
 
 
-def parse_gpus(spec: str | None, visible=None) -> list[dict] | None:
-    """options["gpus"] (evpack.gpus.select) from --gpus and the visible GPUs (discovered when not given)."""
+def parse_gpus(spec: str | None) -> list[dict] | None:
+    """options["gpus"] (evpack.gpus.select) from --gpus and the GPUs nvidia-smi lists."""
     from .gpus import GpuSelectionError, discover, select
 
     try:
-        return select(spec, discover() if visible is None else visible)
+        return select(spec, discover())
     except GpuSelectionError as exc:
         raise PackError(str(exc)) from None
 
 
 def run_options(repo: Path, *, suite: str, shapes: list[str], variants: str | None, cost_per_hour,
-                previous_pack: str | None, gpus: str | None = None, visible_gpus=None) -> dict:
+                previous_pack: str | None, gpus: str | None = None) -> dict:
     """The options dict every stage receives, after every check."""
     check_suite(repo, suite, shapes)
     if previous_pack is not None and not (Path(previous_pack) / "index.json").is_file():
         raise PackError(f"--previous-pack: {previous_pack} is not a finished pack (no index.json)")
     return {"suite": suite, "shapes": list(shapes), "variants": parse_variants(variants),
             "cost_per_hour": parse_cost(cost_per_hour), "previous_pack": previous_pack,
-            "gpus": parse_gpus(gpus, visible_gpus)}
+            "gpus": parse_gpus(gpus)}
 
 
 def default_requirement(has_gpu: bool) -> str:

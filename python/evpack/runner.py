@@ -38,7 +38,7 @@ def record_skip(stage_dir: Path, stage: str, reason: str) -> None:
                                          "skipped": reason, "exception": None})
 
 
-class _Follower(threading.Thread):
+class LogFollower(threading.Thread):
     """Shows a growing log file on the terminal (via logging) until stopped; a heartbeat line when
     nothing new arrived for HEARTBEAT_S."""
 
@@ -79,7 +79,7 @@ def run_stage(name: str, pack_dir: Path, repo: Path, options: dict, *, isolate: 
            "returncode": None, "timed_out": False, "skipped": None, "exception": None}
     t0 = time.monotonic()
     # isolated: show the process's log as it grows; inline: the stage logs itself, add a heartbeat
-    follower = _Follower(stage_dir / LOG_FILE if isolate else None, name)
+    follower = LogFollower(stage_dir / LOG_FILE if isolate else None, name)
     follower.start()
     try:
         _run(name, pack_dir, repo, options, rec, isolate=isolate, timeout_s=timeout_s, stages=stages)

@@ -7,6 +7,8 @@ A stage module (python/evpack/stages/<name>.py) defines:
     TIMEOUT_S: int
     REQUIRED_FILES: tuple     raw files (globs, relative to the stage folder) a stage that ran must
                               hold; `verify` requires them (optional, default none)
+    def required_files(stage_dir: Path) -> tuple   (optional)
+        The same, where the layout decides (bench: every shard's folder); `verify` prefers it.
     def run(ctx: StageContext) -> None
         Runs the tools and writes raw output + parsed files into ctx.dir only.
         May raise; the runner turns exceptions, crashes and timeouts into `error`.

@@ -129,20 +129,6 @@ def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int = 1,
     return records
 
 
-def cell_gpus(stage_dir: Path) -> list[dict]:
-    """The distinct GPUs (index, UUID) the stage's cells ran on, by index ([] for a run without a GPU pool)."""
-    try:
-        procs = read_json(stage_dir / PROCS_FILE)
-    except (OSError, ValueError):
-        return []
-    seen = {}
-    for rec in procs.values() if isinstance(procs, dict) else ():
-        gpu = rec.get("gpu") if isinstance(rec, dict) else None
-        if isinstance(gpu, dict) and gpu.get("uuid"):
-            seen[gpu["uuid"]] = {"index": gpu.get("index"), "uuid": gpu["uuid"]}
-    return sorted(seen.values(), key=lambda g: (g["index"] is None, g["index"]))
-
-
 def proc_problem(stage_dir: Path, name: str) -> str | None:
     """Why a cell's process did not finish cleanly (None when it did)."""
     procs = read_json(stage_dir / PROCS_FILE)
