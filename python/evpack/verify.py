@@ -65,24 +65,37 @@ def _listed(kind: str, names: list[str]) -> list[str]:
     return out
 
 
+def read_index(folder: Path) -> tuple[dict | None, list[str]]:
+    """(index.json's files table of name -> sha256, problems): None with the problem when it is corrupt or
+    malformed. FileNotFoundError without one."""
+    try:
+        index = read_json(folder / "index.json")
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        return None, [f"index.json is corrupt: {exc}"]
+    listed = index.get("files") if isinstance(index, dict) else None
+    if not isinstance(listed, dict) or not all(isinstance(v, str) for v in listed.values()):
+        return None, ["index.json is malformed: no files table of name -> sha256"]
+    return listed, []
+
+
+def compare_index(folder: Path, listed: dict, present: set[str]) -> list[str]:
+    """The files present against the index's table: missing, unlisted, hashed otherwise."""
+    problems = _listed("missing file", sorted(set(listed) - present))
+    problems += _listed("file not in index.json", sorted(present - set(listed)))
+    bad = [rel for rel in sorted(set(listed) & present) if sha256_file(folder / rel) != listed[rel]]
+    return problems + _listed("hash mismatch", bad)
+
+
 def check_index(pack_dir: Path) -> list[str]:
     """Every file hashed as index.json says; nothing else in the pack but the unindexed files."""
     try:
-        index = read_json(pack_dir / "index.json")
+        listed, problems = read_index(pack_dir)
     except FileNotFoundError:
         raise PackError(f"{pack_dir}: no index.json: not a finished pack") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
-        return [f"index.json is corrupt: {exc}"]
-    listed = index.get("files") if isinstance(index, dict) else None
-    if not isinstance(listed, dict) or not all(isinstance(v, str) for v in listed.values()):
-        return ["index.json is malformed: no files table of name -> sha256"]
+    if listed is None:
+        return problems
     present, problems = list_files(pack_dir)
-    present -= set(UNINDEXED_FILES)
-    problems += _listed("missing file", sorted(set(listed) - present))
-    problems += _listed("file not in index.json", sorted(present - set(listed)))
-    bad = [rel for rel in sorted(set(listed) & present) if sha256_file(pack_dir / rel) != listed[rel]]
-    problems += _listed("hash mismatch", bad)
-    return problems
+    return problems + compare_index(pack_dir, listed, present - set(UNINDEXED_FILES))
 
 
 def _load_pack_json(pack_dir: Path) -> tuple[dict | None, list[str]]:
