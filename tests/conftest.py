@@ -15,7 +15,7 @@ FAKE = "fakestages"  # the stand-in stage package (tests/fakestages), passed as 
 # CLI commands that take the stand-in stage package (hidden option --stage-package)
 _STAGE_PACKAGE_COMMANDS = {"evidence", "build", "ptxas", "sass", "tensor_proof", "sanitize", "correctness",
                            "stability", "canaries", "bench", "oracles", "verify", "label", "report",
-                           "merge"}
+                           "merge", "sign"}
 
 
 def _cuda_available() -> tuple[bool, str]:

@@ -83,7 +83,8 @@ def test_signed_pack_verifies_and_names_the_signer(signed, keys, fake_env):
     from evpack.binary import sha256_file
 
     assert names["index.json"] == sha256_file(signed / "index.json")
-    assert names["_C.so"] == read_json(signed / "build" / "binary.json")["sha256"]
+    assert names["python/evpack/_C.so"] == read_json(signed / "build" / "binary.json")["sha256"]
+    assert [s["name"] for s in st["subject"]][0] == "index.json" and len(names) == len(st["subject"])
     listed = read_json(signed / "index.json")["files"]
     assert "provenance.json" not in listed and "provenance.json.sig" not in listed
     assert st["predicate"]["source"]["commit"] == read_json(signed / "pack.json")["git"]["commit"]
@@ -96,7 +97,7 @@ def test_signed_pack_verifies_and_names_the_signer(signed, keys, fake_env):
 
 
 def test_flipped_byte_fails_on_the_signature_or_the_hash(signed, keys, tmp_path):
-    for rel, needle in (("provenance.json", "signature: not valid"), ("provenance.json.sig", "signature: not valid"),
+    for rel, needle in (("provenance.json", "signature: not valid"), ("provenance.json.sig", "signature: "),
                         ("env.json", "hash mismatch: env.json")):
         pack = copy_pack(signed, tmp_path / f"flip-{rel}")
         p = pack / rel
@@ -165,11 +166,11 @@ def test_statement_whose_subject_digest_does_not_match(signed, keys, tmp_path):
     """Validly signed by an allowed key, yet it names another binary: the digest check catches it."""
     pack = copy_pack(signed, tmp_path / "subject")
     st = read_json(pack / "provenance.json")
-    so = next(s for s in st["subject"] if s["name"] == "_C.so")
+    so = next(s for s in st["subject"] if s["name"] == "python/evpack/_C.so")
     so["digest"]["sha256"] = "cd" * 32
     resign(pack, st, keys["alice"])
     problems = problems_of(pack, keys["allowed"])
-    assert any(x.startswith("provenance digest: _C.so has sha256 abababababab but the statement says cdcdcdcdcdcd")
+    assert any(x.startswith("provenance digest: python/evpack/_C.so has sha256 abababababab but the statement says cdcdcdcdcdcd")
                for x in problems), problems
     assert not any(x.startswith("signature:") for x in problems), problems
 
@@ -215,8 +216,8 @@ def test_signed_copy_of_the_reference_pack_and_its_forgery(tmp_path, keys):
     write_index(pack)
     assert write_provenance(pack, collect_run_facts(REPO), signer) is None
     st = read_json(pack / "provenance.json")
-    assert [s["name"] for s in st["subject"]] == ["index.json", "_C.cpython-312-x86_64-linux-gnu.so",
-                                                   "_canaries.cpython-312-x86_64-linux-gnu.so"]
+    assert [s["name"] for s in st["subject"]] == ["index.json", "python/evpack/_C.cpython-312-x86_64-linux-gnu.so",
+                                                   "python/evpack/_canaries.cpython-312-x86_64-linux-gnu.so"]
     assert st["predicate"]["bench_clocks"]["before"]["sm_mhz"] == 1980
     assert st["predicate"]["gpu"]["name"] == "NVIDIA H200"
     good = run_cli("verify", str(pack), "--allowed-signers", str(keys["allowed"]), "--require-signature",
@@ -359,3 +360,78 @@ def test_gpu_query_parser_on_real_nvidia_smi_output():
     assert parse_gpu_query(text) == [{"index": 0, "name": "NVIDIA H100 80GB HBM3",
                                       "uuid": "GPU-74da891c-04b6-58bb-58cd-08d4ac45b3b5", "driver": "580.159.04"}]
     assert parse_gpu_query("No devices were found\n") == []
+
+
+# --- `sign`: a signature added after the run (the CI's signing job), and `label` requiring a signer ------
+
+def test_sign_adds_a_signature_to_a_verified_unsigned_pack(tmp_path, fake_env, keys):
+    pack = make_pack(tmp_path, fake_env, None)
+    env = fake_env({})
+    before = {p: p.read_bytes() for p in pack.rglob("*") if p.is_file()}
+    proc = run_cli("sign", str(pack), "--key", str(keys["alice"]), "--allowed-signers", str(keys["allowed"]),
+                   env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "signed after the run by alice@example.org" in proc.stdout
+    after = {p: p.read_bytes() for p in pack.rglob("*") if p.is_file()}
+    assert set(after) - set(before) == {pack / "provenance.json.sig"}  # only the signature was added
+    assert all(after[p] == before[p] for p in before)
+    ok = run_cli("verify", str(pack), "--allowed-signers", str(keys["allowed"]), "--require-signature", env=env)
+    assert ok.returncode == 0 and "provenance: signed after the run by alice@example.org" in ok.stdout, ok.stdout
+    again = run_cli("sign", str(pack), "--key", str(keys["alice"]), env=env)
+    assert again.returncode == 2 and "already holds provenance.json.sig" in again.stderr
+
+
+def test_sign_refuses_a_pack_that_does_not_verify(tmp_path, fake_env, keys):
+    pack = make_pack(tmp_path, fake_env, None)
+    _forge_gpu(pack)
+    (pack / "env.json").write_text((pack / "env.json").read_text() + " ")
+    proc = run_cli("sign", str(pack), "--key", str(keys["alice"]), env=fake_env({}))
+    assert proc.returncode == 1 and "does not verify" in proc.stderr and "it is not signed" in proc.stderr
+    assert not (pack / "provenance.json.sig").exists()
+
+
+def test_sign_with_a_key_that_is_not_allowed_leaves_no_signature(tmp_path, fake_env, keys):
+    pack = make_pack(tmp_path, fake_env, None)
+    proc = run_cli("sign", str(pack), "--key", str(keys["mallory"]), "--allowed-signers", str(keys["allowed"]),
+                   env=fake_env({}))
+    assert proc.returncode == 1 and "removed again" in proc.stderr, proc.stdout + proc.stderr
+    assert not (pack / "provenance.json.sig").exists()
+
+
+def test_sign_refuses_bad_input_with_one_line(tmp_path, fake_env, keys):
+    pack = make_pack(tmp_path, fake_env, None)
+    env = fake_env({})
+    for args, needle in (([str(pack), "--key", str(tmp_path / "nokey")], "no such file"),
+                         ([str(REFERENCE), "--key", str(keys["alice"])], "no provenance.json"),
+                         ([str(tmp_path / "nopack"), "--key", str(keys["alice"])], "no such pack")):
+        proc = run_cli("sign", *args, env=env, timeout=300)
+        assert proc.returncode == 2 and needle in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_signed_pack_whose_signature_is_replaced_by_another_key_fails(signed, keys, tmp_path, fake_env):
+    """pack.json records the run's key: a signature by another (even allowed) key does not stand in for it."""
+    pack = copy_pack(signed, tmp_path / "swap")
+    (pack / "provenance.json.sig").unlink()
+    both = allowed(tmp_path / "both", [("alice@example.org", keys["alice"]), ("mallory@example.org", keys["mallory"])])
+    proc = run_cli("sign", str(pack), "--key", str(keys["mallory"]), "--allowed-signers", str(both),
+                   env=fake_env({}))
+    assert proc.returncode == 1 and "pack.json records signing with key" in proc.stderr, proc.stderr
+    assert not (pack / "provenance.json.sig").exists()
+    (pack / "provenance.json.sig").write_bytes(sign(keys["mallory"], (pack / "provenance.json").read_bytes()))
+    problems = problems_of(pack, both)
+    assert any("but pack.json records key" in p for p in problems), problems
+
+
+def test_label_can_require_a_signer(tmp_path, fake_env, keys, signed):
+    env = fake_env({})
+    unsigned = make_pack(tmp_path / "u", fake_env, None)
+    bad = run_cli("label", str(unsigned), "--allowed-signers", str(keys["allowed"]), "--require-signature", env=env)
+    assert bad.returncode == 1 and "unsigned pack" in bad.stderr and not bad.stdout.strip()
+    ok = run_cli("label", str(signed), "--allowed-signers", str(keys["allowed"]), "--require-signature",
+                 "--format", "json", env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["signer"] == "alice@example.org"
+    assert "provenance: signed by alice@example.org" in ok.stderr
+    usage = run_cli("label", str(signed), "--require-signature", env=env)
+    assert usage.returncode == 2 and "needs --allowed-signers" in usage.stderr

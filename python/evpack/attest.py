@@ -16,13 +16,16 @@ from pathlib import Path
 
 from .binary import sha256_file
 from .provenance import (
+    BINARY_RECORDS,
     INDEX_SUBJECT,
+    PREDICATE_TYPE,
     PROVENANCE_FILE,
     SIGNATURE_FILE,
     RunFacts,
     Subject,
     build_statement,
     ci_identity,
+    expected_subjects,
     pack_facts,
     parse_gpu_query,
     tree_line,
@@ -101,14 +104,20 @@ def read_pack_facts(pack_dir: Path) -> dict:
                       clocks_json=_json_or_none(pack_dir / "bench" / "clocks.json"))
 
 
-def pack_subjects(pack_dir: Path) -> list[Subject]:
-    """index.json, then every shared object the build stage recorded (build/binary*.json)."""
-    subjects = [Subject(INDEX_SUBJECT, sha256_file(pack_dir / INDEX_SUBJECT))]
-    for rec_file in sorted((pack_dir / "build").glob("binary*.json")):
+def pack_subjects(pack_dir: Path, predicate_type: str = PREDICATE_TYPE) -> list[Subject]:
+    """The exact subjects of the pack under the statement type's rule: index.json, then the shared
+    objects of the build records in BINARY_RECORDS that the pack holds. ValueError for a record that
+    cannot be read or names another module."""
+    records = []
+    for module, name in BINARY_RECORDS:
+        rec_file = pack_dir / "build" / name
+        if not rec_file.exists():
+            continue
         rec = _json_or_none(rec_file)
-        if isinstance(rec, dict) and isinstance(rec.get("sha256"), str) and rec.get("path"):
-            subjects.append(Subject(Path(str(rec["path"])).name, rec["sha256"]))
-    return subjects
+        if not isinstance(rec, dict):
+            raise ValueError(f"build/{name} is not a readable JSON object")
+        records.append((module, rec))
+    return expected_subjects(predicate_type, sha256_file(pack_dir / INDEX_SUBJECT), records)
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
@@ -125,7 +134,7 @@ def write_provenance(pack_dir: Path, run: RunFacts, signer: SigningKey | None) -
         statement = build_statement(subjects=pack_subjects(pack_dir), facts=read_pack_facts(pack_dir), run=run)
         data = (json.dumps(statement, indent=2, ensure_ascii=True) + "\n").encode("ascii")
         _write_bytes(pack_dir / PROVENANCE_FILE, data)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         return f"provenance.json could not be written: {exc}"
     if signer is None:
         return None
@@ -134,3 +143,24 @@ def write_provenance(pack_dir: Path, run: RunFacts, signer: SigningKey | None) -
     except (SigningError, OSError) as exc:
         return f"signing failed: {exc}"
     return None
+
+
+def check_signable(pack_dir: Path) -> None:
+    """SigningError (exit 2) unless the pack holds provenance.json and no signature yet."""
+    if (pack_dir / SIGNATURE_FILE).exists():
+        raise SigningError(f"{pack_dir.name} already holds {SIGNATURE_FILE}: a signature is never replaced")
+    if not (pack_dir / PROVENANCE_FILE).is_file():
+        raise SigningError(f"{pack_dir.name} has no {PROVENANCE_FILE} (made before provenance statements): "
+                           "it cannot be signed")
+
+
+def sign_finished(pack_dir: Path, signer: SigningKey) -> None:
+    """Add provenance.json.sig to a finished pack that holds provenance.json and no signature (the
+    caller has verified the pack). Only the signature file is added, atomically; nothing else is
+    touched. SigningError (exit 2) when the pack cannot take one."""
+    check_signable(pack_dir)
+    prov, sig = pack_dir / PROVENANCE_FILE, pack_dir / SIGNATURE_FILE
+    try:
+        _write_bytes(sig, sign(signer.path, prov.read_bytes()))
+    except OSError as exc:
+        raise SigningError(f"cannot write {sig}: {exc.strerror or exc}") from None

@@ -69,6 +69,13 @@ def _pack_arg(p: argparse.ArgumentParser, nargs="?") -> None:
                         "(default: latest)" if nargs == "?" else "pack folder, pack id or 'latest'")
 
 
+def _signer_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allowed-signers", type=Path, default=None,
+                   help="OpenSSH allowed-signers file: check the signature and name the signer")
+    p.add_argument("--require-signature", action="store_true",
+                   help="reject an unsigned pack (needs --allowed-signers)")
+
+
 def _run_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--packs-dir", type=Path, default=DEFAULT_PACKS, help="where packs are written")
     ap.add_argument("--suite", choices=SUITES, default="quick",
@@ -127,17 +134,28 @@ def build_parser() -> argparse.ArgumentParser:
                                    "re-verified, every digest re-checked, the overall label re-derived.",
                        epilog="exit status: 0 verified; 1 mismatches; 2 not a pack / bad input")
     _pack_arg(v)
-    v.add_argument("--allowed-signers", type=Path, default=None,
-                   help="OpenSSH allowed-signers file: check the signature and name the signer")
-    v.add_argument("--require-signature", action="store_true",
-                   help="reject an unsigned pack (needs --allowed-signers)")
+    _signer_args(v)
     v.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
     lb = sub.add_parser("label", help="print the pack's labels (after verifying it)",
                         description="Verify a pack (or a merged verdict, see `merge`), then print its labels.",
                         epilog="exit status: 0 printed; 1 the pack does not verify; 2 not a pack / bad input")
     _pack_arg(lb)
     lb.add_argument("--format", choices=("text", "json", "github", "gh-args"), default="text")
+    _signer_args(lb)
     lb.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
+    sg = sub.add_parser("sign", help="sign a finished, verified pack that its run did not sign",
+                        description="Verify a pack, then add provenance.json.sig over its provenance.json "
+                                    "(ssh-keygen -Y sign -n evpack). Only that file is added; a pack that "
+                                    "does not verify, or already holds a signature, is refused. The CI signs "
+                                    "in a job of its own that runs no code of the PR.",
+                        epilog="exit status: 0 signed (and, with --allowed-signers, the signer is allowed); "
+                               "1 the pack does not verify; 2 not a pack / bad key / already signed")
+    _pack_arg(sg, nargs=None)
+    sg.add_argument("--key", type=Path, required=True, help="OpenSSH private key (Ed25519) that signs")
+    sg.add_argument("--allowed-signers", type=Path, default=None,
+                    help="after signing, require that the signature verifies against this file (else the "
+                         "signature is removed again and the exit status is 1)")
+    sg.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
     merge_cli.add_parser(sub)
     sub.add_parser("kernels", help="list the registered variants and configs",
                    description="List the registered kernel variants and their configs.")
@@ -247,12 +265,43 @@ def cmd_label(args) -> int:
     pack = resolve_pack(args.pack)
     if merge_cli.is_merged_verdict(pack):
         return merge_cli.label(args, pack)
-    problems, _ = verify_all(pack, stages=args.stage_package)
+    problems, prov = verify_all(pack, allowed_signers=args.allowed_signers,
+                                require_signature=args.require_signature, stages=args.stage_package)
     if problems:
         print(f"error: {pack.name} does not verify ({len(problems)} mismatch(es), first: {problems[0]}); "
               "its labels are not printed", file=sys.stderr)
         return 1
-    print(format_labels(load_pack_record(pack), args.format))
+    print(f"provenance: {prov.summary}", file=sys.stderr)  # who signed; stdout stays the labels alone
+    print(format_labels(load_pack_record(pack), args.format, signer=prov.principal))
+    return 0
+
+
+def cmd_sign(args) -> int:
+    from .attest import check_signable, sign_finished
+    from .signing import load_signing_key
+    from .verify import verify_all
+
+    pack = resolve_pack(args.pack)
+    if merge_cli.is_merged_verdict(pack):
+        raise PackError(f"{pack} is a merged verdict: sign its member packs")
+    check_signable(pack)
+    signer = load_signing_key(args.key)  # before the pack is verified: a bad key is exit 2
+    problems, _ = verify_all(pack, stages=args.stage_package)
+    if problems:
+        print(f"error: {pack.name} does not verify ({len(problems)} mismatch(es), first: {problems[0]}); "
+              "it is not signed", file=sys.stderr)
+        return 1
+    sign_finished(pack, signer)
+    after, prov = verify_all(pack, allowed_signers=args.allowed_signers,
+                             require_signature=args.allowed_signers is not None, stages=args.stage_package)
+    if after:
+        from .provenance import SIGNATURE_FILE
+
+        (pack / SIGNATURE_FILE).unlink()
+        print(f"error: {pack.name}: the new signature does not verify ({after[0]}); it was removed again",
+              file=sys.stderr)
+        return 1
+    print(f"{pack.name}: {prov.summary}")
     return 0
 
 
@@ -394,7 +443,7 @@ def dispatch(args) -> int:
         return 0
     if args.cmd == "merge":
         return merge_cli.merge(args, [resolve_pack(p) for p in args.packs])
-    return {"verify": cmd_verify, "label": cmd_label, "report": cmd_report, "env": cmd_env,
+    return {"verify": cmd_verify, "label": cmd_label, "sign": cmd_sign, "report": cmd_report, "env": cmd_env,
             "compare": cmd_compare, "history": cmd_history, "dispatch-table": cmd_dispatch_table}[args.cmd](args)
 
 

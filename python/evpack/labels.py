@@ -77,17 +77,18 @@ def gh_args(labels: list[str]) -> list[str]:
     return args
 
 
-def format_labels(pack: dict, fmt: str) -> str:
+def format_labels(pack: dict, fmt: str, *, signer: str | None = None) -> str:
+    """The labels in a format; `signer` is the allowed signer verify named (None: not checked or unsigned)."""
     label, labels = pack["label"], pack["labels"]
     if fmt == "text":
         return "\n".join(labels)
     if fmt == "json":
-        return json.dumps({"pack_id": pack["pack_id"], "label": label, "labels": labels,
+        return json.dumps({"pack_id": pack["pack_id"], "label": label, "labels": labels, "signer": signer,
                            "gates": {g: v["status"] for g, v in pack["gates"].items()}}, indent=2)
     if fmt == "gh-args":
         return " ".join(shlex.quote(a) for a in gh_args(labels))
     if fmt == "github":
-        lines = [f"label={label}", f"labels={','.join(labels)}"]
+        lines = [f"label={label}", f"labels={','.join(labels)}", f"signer={signer or ''}"]
         out = os.environ.get("GITHUB_OUTPUT")
         if out:
             with open(out, "a", encoding="utf-8") as f:

@@ -109,7 +109,9 @@ def label(args, folder: Path) -> int:
     from .merge_record import label_view, load_record
     from .merge_verify import verify_merged
 
-    problems = verify_merged(folder, stages=args.stage_package).problems
+    check = verify_merged(folder, allowed_signers=args.allowed_signers, require_signature=args.require_signature,
+                          stages=args.stage_package)
+    problems = check.problems
     if problems:
         print(f"error: {folder.name} does not verify ({len(problems)} mismatch(es), first: {problems[0]}); "
               "its labels are not printed", file=sys.stderr)

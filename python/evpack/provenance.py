@@ -4,17 +4,31 @@
 SHA-256 of every other file of the pack) and the built shared objects; its predicate says what
 made the pack. The README documents every field. The two provenance files are written after
 index.json and are therefore the only files of a pack that index.json does not list.
+
+The subject set is exact, and its rule is a property of the predicate type (the statement's own
+signed bytes say which rule applies, so an old statement keeps verifying under its own rule):
+- v1 (packs of 2026-11-23): `index.json`, then one subject per build record in BINARY_RECORDS
+  that the pack holds, named by the basename of the recorded path;
+- v2: `index.json`, then one subject per such record, named by the object's path inside the
+  build (`python/evpack/<file>`), so no name can stand for another.
+Names are unique; a duplicate, unknown or missing subject is a mismatch.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PREDICATE_TYPE = "urn:evpack:provenance:v1"
+PREDICATE_TYPE_V1 = "urn:evpack:provenance:v1"
+PREDICATE_TYPE = "urn:evpack:provenance:v2"  # what this version writes
+PREDICATE_TYPES = (PREDICATE_TYPE_V1, PREDICATE_TYPE)
 PROVENANCE_FILE = "provenance.json"
 SIGNATURE_FILE = "provenance.json.sig"
 UNINDEXED_FILES = (PROVENANCE_FILE, SIGNATURE_FILE)
 INDEX_SUBJECT = "index.json"
+# The build records whose objects are subjects (module -> record file under build/), in subject order.
+# A fixed list, not a glob: a file an attacker adds under build/ never becomes a subject.
+BINARY_RECORDS = (("evpack._C", "binary.json"), ("evpack._canaries", "binary_canaries.json"))
+PACKAGE_DIR = "python/evpack"  # where the build puts the package's shared objects
 
 # GitHub Actions variables recorded as the CI run's identity (those present).
 CI_VARIABLES = ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_REPOSITORY_ID", "GITHUB_RUN_ID",
@@ -107,15 +121,41 @@ def facts_of(statement: dict) -> dict:
     }
 
 
+def object_subject_name(predicate_type: str, module: str, recorded_path: str) -> str:
+    """The subject name of a built object under the statement's rule (see the module docstring)."""
+    base = recorded_path.replace("\\", "/").rsplit("/", 1)[-1]
+    if predicate_type == PREDICATE_TYPE_V1:
+        return base
+    return f"{PACKAGE_DIR}/{base}"
+
+
+def expected_subjects(predicate_type: str, index_sha256: str,
+                      records: list[tuple[str, dict]]) -> list[Subject]:
+    """The exact subject list a statement of this type must hold: index.json, then one per build
+    record (module, record dict) in BINARY_RECORDS order. ValueError for a record that names another
+    module or no file, or whose name is not unique."""
+    out = [Subject(INDEX_SUBJECT, index_sha256)]
+    for module, rec in records:
+        path, digest = rec.get("path"), rec.get("sha256")
+        if rec.get("module") != module or not isinstance(path, str) or not path.strip("/") or \
+                not isinstance(digest, str):
+            raise ValueError(f"build record of {module} does not name that module, a file and a sha256")
+        out.append(Subject(object_subject_name(predicate_type, module, path), digest))
+    names = [s.name for s in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"build records give subject names that are not unique: {names}")
+    return out
+
+
 def subjects_of(statement: object) -> list[Subject]:
-    """The subjects of a statement; ValueError naming what is malformed."""
+    """The subjects of a statement, in order; ValueError naming what is malformed."""
     if not isinstance(statement, dict):
         raise ValueError("provenance.json is not a JSON object")
     if statement.get("_type") != STATEMENT_TYPE:
         raise ValueError(f"provenance.json _type is {statement.get('_type')!r}, not {STATEMENT_TYPE}")
-    if statement.get("predicateType") != PREDICATE_TYPE:
+    if statement.get("predicateType") not in PREDICATE_TYPES:
         raise ValueError(f"provenance.json predicateType is {statement.get('predicateType')!r}, "
-                         f"not {PREDICATE_TYPE}")
+                         f"not one of {', '.join(PREDICATE_TYPES)}")
     if not isinstance(statement.get("predicate"), dict):
         raise ValueError("provenance.json has no predicate object")
     subjects = statement.get("subject")
@@ -128,6 +168,27 @@ def subjects_of(statement: object) -> list[Subject]:
                 not isinstance(digest.get("sha256"), str):
             raise ValueError(f"provenance.json subject {s!r} has no name and sha256 digest")
         out.append(Subject(s["name"], digest["sha256"]))
+    return out
+
+
+def subject_problems(stated: list[Subject], expected: list[Subject]) -> list[str]:
+    """Where the statement's subjects differ from the exact list the pack gives (empty: they match).
+    Compared as lists, not as a dict by name: a duplicate never hides a subject."""
+    out = []
+    seen: set[str] = set()
+    for s in stated:
+        if s.name in seen:
+            out.append(f"provenance digest: subject {s.name} appears more than once in the statement")
+        seen.add(s.name)
+    want = {s.name: s.sha256 for s in expected}
+    for s in stated:
+        if s.name not in want:
+            out.append(f"provenance digest: subject {s.name} is not in the pack (no such file or build record)")
+        elif s.sha256 != want[s.name]:
+            out.append(f"provenance digest: {s.name} has sha256 {want[s.name][:12]} but the statement says "
+                       f"{s.sha256[:12]}: the pack changed after the statement was made")
+    out += [f"provenance digest: {s.name} (sha256 {s.sha256[:12]}) is not a subject of the statement"
+            for s in expected if s.name not in seen]
     return out
 
 

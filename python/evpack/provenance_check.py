@@ -2,8 +2,13 @@
 
 Messages start with what failed: `provenance digest:` (a subject's SHA-256 differs from the
 pack's file: the pack changed after the statement was made), `provenance facts:` (the statement
-says something else than the pack's files), `signature:` (missing, not valid, or not by an
-allowed signer), `provenance:` (the statement is missing or malformed).
+says something else than the pack's files), `signature:` (missing, not valid, not in the one
+canonical form ssh-keygen writes, or not by an allowed signer), `provenance:` (the statement is
+missing or malformed).
+
+A signature is either made by the run itself (pack.json's `signing` records the key) or added
+later by `python -m evpack sign` to a finished, verified pack whose run held no key (pack.json
+records `signing: null`): the CI signs in a job of its own that runs no code of the PR.
 """
 from __future__ import annotations
 
@@ -12,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .attest import pack_subjects, read_pack_facts
-from .provenance import PROVENANCE_FILE, SIGNATURE_FILE, diff_facts, facts_of, subjects_of
+from .provenance import PROVENANCE_FILE, SIGNATURE_FILE, diff_facts, facts_of, subject_problems, subjects_of
+from .sigform import signature_form_problem
 from .signing import SigningError, check_signature, read_allowed_signers, ssh_keygen
 
 UNSIGNED, SIGNED, UNCHECKED = "unsigned", "signed", "unchecked"
@@ -25,34 +31,26 @@ class ProvenanceCheck:
     principal: str | None  # the allowed signer, when --allowed-signers was given and the signature is good
     fingerprint: str | None
     summary: str  # one line for the CLI
+    signed_later: bool = False  # added by `evpack sign` after the run (pack.json records no key)
 
 
-def _signing_record(pack_dir: Path) -> tuple[bool, dict | None]:
-    """(pack.json has a `signing` entry at all, the entry). Old packs have none."""
+def _signing_record(pack_dir: Path) -> tuple[bool, object]:
+    """(pack.json has a `signing` entry at all, the entry as written). Old packs have none."""
     try:
         pj = json.loads((pack_dir / "pack.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False, None
     if not isinstance(pj, dict) or "signing" not in pj:
         return False, None
-    return True, pj["signing"] if isinstance(pj["signing"], dict) else None
+    return True, pj["signing"]
 
 
 def _subject_problems(pack_dir: Path, statement: dict) -> list[str]:
-    stated = {s.name: s.sha256 for s in subjects_of(statement)}
+    """The statement's subjects against the exact list its type's rule gives for this pack."""
+    stated = subjects_of(statement)
     if not (pack_dir / "index.json").is_file():
         return ["provenance digest: index.json is missing"]
-    actual = {s.name: s.sha256 for s in pack_subjects(pack_dir)}
-    out = []
-    for name in sorted(set(stated) | set(actual)):
-        if name not in stated:
-            out.append(f"provenance digest: {name} (sha256 {actual[name][:12]}) is not a subject of the statement")
-        elif name not in actual:
-            out.append(f"provenance digest: subject {name} is not in the pack (no such file or build record)")
-        elif stated[name] != actual[name]:
-            out.append(f"provenance digest: {name} has sha256 {actual[name][:12]} but the statement says "
-                       f"{stated[name][:12]}: the pack changed after the statement was made")
-    return out
+    return subject_problems(stated, pack_subjects(pack_dir, statement["predicateType"]))
 
 
 def _unsigned(problems: list[str], require: bool, summary: str) -> ProvenanceCheck:
@@ -70,7 +68,8 @@ def check_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
     allowed = read_allowed_signers(allowed_signers) if allowed_signers is not None else None
     if allowed is not None:
         ssh_keygen()
-    has_record, record = _signing_record(pack_dir)
+    has_record, entry = _signing_record(pack_dir)
+    record = entry if isinstance(entry, dict) else None
     prov, sig = pack_dir / PROVENANCE_FILE, pack_dir / SIGNATURE_FILE
     problems: list[str] = []
     if not prov.is_file():
@@ -95,23 +94,32 @@ def check_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
             problems.append(f"signature: pack.json records signing with key {record.get('key_fingerprint')} but "
                             f"there is no {SIGNATURE_FILE} (signing failed, or the signature was removed)")
         return _unsigned(problems, require_signature, "unsigned")
-    if not record:
-        problems.append(f"signature: {SIGNATURE_FILE} is there but pack.json records an unsigned run")
+    signed_later = has_record and entry is None  # `signing: null`: signed after the run by `evpack sign`
+    if not record and not signed_later:
+        problems.append(f"signature: {SIGNATURE_FILE} is there but pack.json records no signing")
+    sig_bytes = sig.read_bytes()
+    form = signature_form_problem(sig_bytes)
+    if form is not None:
+        problems.append(f"signature: {SIGNATURE_FILE} is not accepted: {form}")
+        return ProvenanceCheck(SIGNED, tuple(problems), None, None, "signature NOT valid")
     try:
         ssh_keygen()
     except SigningError:
         return ProvenanceCheck(UNCHECKED, tuple(problems), None, None,
                                "signature present but not checked: ssh-keygen not found on PATH")
-    check = check_signature(data, sig.read_bytes(), allowed)
+    check = check_signature(data, sig_bytes, allowed)
     if not check.ok:
         problems.append(f"signature: not valid for {PROVENANCE_FILE}: {check.detail}")
         return ProvenanceCheck(SIGNED, tuple(problems), None, check.fingerprint, "signature NOT valid")
     if record and check.fingerprint != record.get("key_fingerprint"):
         problems.append(f"signature: made with key {check.fingerprint} but pack.json records key "
                         f"{record.get('key_fingerprint')}")
+    when = " after the run" if signed_later else ""
     if check.principal:
-        summary = f"signed by {check.principal} ({check.key_type} key {check.fingerprint})"
+        summary = f"signed{when} by {check.principal} ({check.key_type} key {check.fingerprint})"
     else:
-        summary = (f"signature good, {check.key_type} key {check.fingerprint}; signer not checked "
+        summary = (f"signature good{when}, {check.key_type} key {check.fingerprint}; signer not checked "
                    "(give --allowed-signers FILE)")
-    return ProvenanceCheck(SIGNED, tuple(problems), check.principal, check.fingerprint, summary)
+    if problems:
+        summary += "; but the pack does not match what was signed"
+    return ProvenanceCheck(SIGNED, tuple(problems), check.principal, check.fingerprint, summary, signed_later)

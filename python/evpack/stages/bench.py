@@ -71,19 +71,22 @@ def _run_sharded(ctx: StageContext, t_start: float) -> None:
     suite = resolve_suite(ctx.options, ctx.repo)
     merged = bench_shards.run(ctx, suite)
     rows = read_json(ctx.dir / "summary.json")["rows"]
-    _plots(rows, ctx.dir, suite.primary_mode)
+    plot_error = _plots(rows, ctx.dir, suite.primary_mode)
     wall = time.perf_counter() - t_start
     # every GPU of the pool is held for the stage's wall time
     _write_run_json(ctx, suite, wall * len(ctx.options["gpus"]), device=merged["device"], shards=merged["shards"],
-                    wall_s=wall)
+                    wall_s=wall, **plot_error)
     log.info("bench: done in %.1f s on %d GPU(s)", wall, len(ctx.options["gpus"]))
 
 
-def _plots(rows: list[dict], stage_dir: Path, mode: str) -> None:
+def _plots(rows: list[dict], stage_dir: Path, mode: str) -> dict:
+    """Draw the plots; {} or {"plot_error": why} for run.json (verify then does not require the plots)."""
     try:
         plots.make_all(rows, stage_dir, mode)
     except Exception as exc:  # noqa: BLE001 - a plot failure must not lose the measurements
         log.warning("plots failed: %s", exc)
+        return {"plot_error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {}
 
 
 def _write_run_json(ctx: StageContext, suite: Suite, gpu_seconds: float, **extra) -> None:
@@ -184,10 +187,10 @@ def _run(ctx: StageContext, t_start: float) -> None:
     write_json(ctx.dir / "summary.json", summary)
     if ab_meta is not None:
         ab_stage.write(ctx.dir, ab_meta, summary["rows"], samples, base_records, base_samples)
-    _plots(summary["rows"], ctx.dir, suite.primary_mode)
+    plot_error = _plots(summary["rows"], ctx.dir, suite.primary_mode)
     secs = time.perf_counter() - t_start
     sleep_rate = harness.sleep_cycles_per_s(stream)
-    _write_run_json(ctx, suite, secs, device=info, sleep_cycles_per_s=sleep_rate)
+    _write_run_json(ctx, suite, secs, device=info, sleep_cycles_per_s=sleep_rate, **plot_error)
     log.info("bench: done in %.1f s", secs)
 
 
@@ -359,15 +362,27 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
 
 def required_files(stage_dir: Path) -> tuple[str, ...]:
     """The raw files `verify` requires of a bench stage that decided (REQUIRED_FILES, in every shard's folder
-    when the benchmark was sharded over GPUs)."""
+    when the benchmark was sharded over GPUs), and the plots its rows give (unless run.json records that
+    plotting failed): no file of the stage can go missing unnoticed."""
+    figures = _expected_plots(stage_dir)
     if not shards.is_sharded(stage_dir):
-        return REQUIRED_FILES
+        return REQUIRED_FILES + figures
     top = ("bench.log", "run.json", "summary.json", "binary.json", shards.SHARDS_FILE, "procs.json")
     try:
         folders = shards.shard_dirs(stage_dir)
     except (OSError, ValueError, KeyError, TypeError):
-        return top  # an unreadable shards.json: derive names it
-    return top + tuple(f"{d.name}/{f}" for d in folders for f in REQUIRED_FILES)
+        return top + figures  # an unreadable shards.json: derive names it
+    return top + figures + tuple(f"{d.name}/{f}" for d in folders for f in REQUIRED_FILES)
+
+
+def _expected_plots(stage_dir: Path) -> tuple[str, ...]:
+    try:
+        run_rec, summary = read_json(stage_dir / "run.json"), read_json(stage_dir / "summary.json")
+        if run_rec.get("plot_error"):
+            return ()
+        return plots.expected_files(summary["rows"], summary["primary_mode"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ()  # unreadable records: the derivation names them
 
 
 def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:

@@ -118,6 +118,13 @@ def sweep_groups(rows: list[dict], mode: str) -> dict[tuple, list[str]]:
     return {g: [s for _, s in sorted(v)] for g, v in groups.items() if len({S for S, _ in v}) >= 3}
 
 
+def expected_files(rows: list[dict], mode: str) -> tuple[str, ...]:
+    """The plot files make_all writes for these rows (verify requires them of a bench stage that decided)."""
+    if not series(rows, mode)[0]:
+        return ()
+    return FILES[:3] + ((FILES[3],) if sweep_groups(rows, mode) else ())
+
+
 def make_all(rows: list[dict], out_dir: Path, mode: str) -> list[Path]:
     import matplotlib
 
