@@ -146,7 +146,7 @@ def test_label_verifies_first_and_refuses_incomplete_folders(tmp_path, fake_env)
 @pytest.mark.slow
 def test_forced_spills_make_the_ptxas_command_exit_non_zero(tmp_path):
     """The exit-status contract end to end on a CPU: a real build with forced spills, the real PTXAS
-    stage, a pack labelled failed, exit 1 (README: `EVPACK_NVCC_FLAGS=... nox -s ptxas`)."""
+    stage, a pack labelled failed, exit 1 (docs/running.md: `EVPACK_NVCC_FLAGS=... nox -s ptxas`)."""
     import os
     import shutil
 

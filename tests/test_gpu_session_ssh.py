@@ -3,7 +3,7 @@
 The "GPU host" is this machine through a throwaway sshd on the loopback; the "remote
 checkout" is a temp folder. The evidence command is a stub that writes a fake pack slowly,
 so a run can be interrupted, followed, fetched and guarded. The session commands are read
-from the README's "Running on a cloud GPU" section
+from docs/cloud-gpu-sessions.md
 and run as written, with only option values replaced: the doc cannot drift from the tests.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ssh_helpers import LOOPBACK, SshServer, free_port, start_sshd, stop_sshd  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SECTION = "## Running on a cloud GPU"
+CLOUD_DOC = REPO / "docs" / "cloud-gpu-sessions.md"
 PACK_ID = "20250101T000000Z-0123456789ab"
 STAGE_LINES = [f"stage {i}" for i in range(1, 9)]
 HELD_AFTER = 3  # the stub prints this many lines, then waits for the test's release file
@@ -61,12 +61,8 @@ provider_start() {{ echo "start $EVPACK_HOST" >> {marker}; }}
 
 # ------------------------------------------------------------------ the doc's commands
 def doc_commands() -> list[str]:
-    """The scripts/... lines of the fenced bash blocks in the cloud-GPU section."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index(SECTION):]
-    nxt = re.search(r"^## ", section[len(SECTION):], flags=re.M)
-    if nxt:
-        section = section[: len(SECTION) + nxt.start()]
+    """The scripts/... lines of the fenced bash blocks in the cloud-GPU doc."""
+    section = CLOUD_DOC.read_text()
     cmds = []
     for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S):
         cmds += [ln.strip() for ln in block.splitlines() if ln.strip().startswith("scripts/")]
@@ -82,7 +78,7 @@ class Doc:
 
     def argv(self, line: str, **values: str) -> list[str]:
         """The documented command `line` (exactly as written), with some option values replaced."""
-        assert line in self.commands, f"the cloud-GPU section has no command {line!r}: {self.commands}"
+        assert line in self.commands, f"the cloud-GPU doc has no command {line!r}: {self.commands}"
         self.used.add(line)
         argv = shlex.split(line)
         for opt, value in values.items():

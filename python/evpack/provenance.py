@@ -2,7 +2,7 @@
 
 `provenance.json` is an in-toto Statement v1. Its subjects are `index.json` (which holds the
 SHA-256 of every other file of the pack) and the built shared objects; its predicate says what
-made the pack. The README documents every field. The two provenance files are written after
+made the pack. docs/provenance.md documents every field. The two provenance files are written after
 index.json and are therefore the only files of a pack that index.json does not list.
 
 The subject set is exact, and its rule is a property of the predicate type (the statement's own

@@ -5,7 +5,7 @@ instantiation file per (variant, dtype, head dim), the PTXAS and SASS gates
 apply per kernel, and the oracles and the benchmark run every variant x config.
 
 Adding a variant = one kernel body `csrc/variants/<name>.cuh` implementing the
-interface documented in README.md ("Adding a kernel variant") + one entry here.
+interface documented in docs/adding-a-variant.md + one entry here.
 Canaries (kernels with planted faults) live in CANARIES: built into a separate
 extension for the evidence run, never exported through `evpack.flash_attention`.
 """
