@@ -366,13 +366,14 @@ def required_files(stage_dir: Path) -> tuple[str, ...]:
     plotting failed): no file of the stage can go missing unnoticed."""
     figures = _expected_plots(stage_dir)
     if not shards.is_sharded(stage_dir):
-        return REQUIRED_FILES + figures
+        return REQUIRED_FILES + figures + ab_stage.required_files(stage_dir)
     top = ("bench.log", "run.json", "summary.json", "binary.json", shards.SHARDS_FILE, "procs.json")
     try:
         folders = shards.shard_dirs(stage_dir)
     except (OSError, ValueError, KeyError, TypeError):
         return top + figures  # an unreadable shards.json: derive names it
-    return top + figures + tuple(f"{d.name}/{f}" for d in folders for f in REQUIRED_FILES)
+    return top + figures + tuple(f"{d.name}/{f}" for d in folders
+                                 for f in REQUIRED_FILES + ab_stage.required_files(d))
 
 
 def _expected_plots(stage_dir: Path) -> tuple[str, ...]:

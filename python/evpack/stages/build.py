@@ -112,6 +112,15 @@ def _write_kernel_table(ctx: StageContext, built: list[str]) -> None:
         write_json(ctx.dir / "kernels.json", json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def required_files(stage_dir: Path) -> tuple[str, ...]:
+    """REQUIRED_FILES, and for a build that succeeded the kernel table's raw output (kernels.log)."""
+    try:
+        ok = read_json(stage_dir / "result.json")["returncode"] == 0
+    except (OSError, ValueError, KeyError, TypeError):
+        return REQUIRED_FILES  # unreadable: the derivation names it
+    return REQUIRED_FILES + (("kernels.log",) if ok else ())
+
+
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     res = read_json(stage_dir / "result.json")
     if res["returncode"] != 0:

@@ -39,6 +39,7 @@ NEEDS_GPU = False
 TIMEOUT_S = 300
 SCHEMA_VERSION = 1
 
+REQUIRED_FILES = ("table.csv", "table.json")  # the stage's tables (the raw logs are build/ptxas/*.log)
 # Column order of table.csv / table.json rows.
 ROW_KEYS = (
     "object", "arch", "symbol", "variant", "config", "dtype", "head_dim", "kind", "canary",

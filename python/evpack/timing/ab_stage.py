@@ -31,6 +31,25 @@ META_KEYS = ("status", "reason", "base_ref", "base_commit", "head_commit", "head
              "base_so_sha256", "head_so_sha256", "base_build")
 
 
+def required_files(bench_dir: Path) -> tuple[str, ...]:
+    """The A/B files a bench folder with an ab.json keeps: the base build's record and log when the base was
+    built, the base binary and samples when both sides were timed (ab.json's own record says which)."""
+    try:
+        meta = json.loads((bench_dir / "ab.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return ()
+    except (OSError, ValueError, RecursionError):
+        return ("ab.json",)  # unreadable: the derivation names it
+    if not isinstance(meta, dict):
+        return ()
+    out: tuple[str, ...] = ()
+    if meta.get("base_build") is not None:
+        out += (f"{BUILD_DIR}/result.json", f"{BUILD_DIR}/build.log")
+    if meta.get("status") == "pass":
+        out += (BINARY_FILE, "ab_samples.csv.gz")
+    return out
+
+
 def _write_json(path: Path, obj) -> None:
     from ..stages.base import write_json
 

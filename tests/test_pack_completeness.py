@@ -1,0 +1,69 @@
+"""No file of a pack can go missing unnoticed, even when the forger re-writes index.json.
+
+A signature catches any change to a signed pack; an unsigned pack is only as strong as its
+consistency. Every file is either read by a derivation or required: delete one file of each
+kind (folder, extension, depth) from copies of the committed reference packs, re-hash the index
+as a forger would, and `verify` must report the pack.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from evpack.verify import verify_pack
+
+REF = REPO / "artifacts" / "reference"
+PACKS = ("20261123T010017Z-5cbc2fa93b94", "20261123T005227Z-5cbc2fa93b94", "20261121T142018Z-b40b5c2fd4c6",
+         "20261121T142707Z-b40b5c2fd4c6")
+UNINDEXED = ("index.json", "provenance.json", "provenance.json.sig")
+
+
+def _kinds(pack: Path) -> list[str]:
+    """One file per (top folder, extension, depth, name for JSON records): each kind of file the pack holds."""
+    seen, out = set(), []
+    for p in sorted(pack.rglob("*")):
+        if not p.is_file():
+            continue
+        rel = p.relative_to(pack).as_posix()
+        if rel in UNINDEXED:
+            continue
+        kind = (rel.split("/")[0], "".join(p.suffixes), rel.count("/"), p.name if p.suffix == ".json" else "")
+        if kind not in seen:
+            seen.add(kind)
+            out.append(rel)
+    return out
+
+
+def _delete_and_rehash(src: Path, rel: str, root: Path) -> Path:
+    pack = root / src.name
+    if pack.exists():
+        shutil.rmtree(pack)
+    shutil.copytree(src, pack)
+    (pack / rel).unlink()
+    index = json.loads((pack / "index.json").read_text())
+    index["files"].pop(rel)
+    (pack / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return pack
+
+
+@pytest.mark.parametrize("pack_id", PACKS)
+def test_deleting_any_kind_of_file_is_noticed(pack_id, tmp_path):
+    src = REF / pack_id
+    unnoticed = [rel for rel in _kinds(src) if not verify_pack(_delete_and_rehash(src, rel, tmp_path))]
+    assert unnoticed == [], f"deleted from {pack_id} with index.json re-written, and it still verifies"
+
+
+def test_the_scan_covers_the_plots_and_binary_records():
+    kinds = _kinds(REF / PACKS[0])
+    assert any(k.endswith(".png") for k in kinds)
+    assert {"correctness/binary.json", "sass/binary.json", "bench/ab_build/result.json"} <= set(kinds)
+
+
+def test_deleted_plot_named(tmp_path):
+    src = REF / PACKS[3]
+    pack = _delete_and_rehash(src, "bench/sweep.png", tmp_path)
+    assert "stage bench: missing raw file bench/sweep.png (a stage that decided keeps it)" in verify_pack(pack)
