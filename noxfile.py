@@ -147,7 +147,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff on the Python sources, actionlint on the workflows."""
+    """ruff on the Python sources; actionlint and zizmor (offline, no finding of medium or higher) on the workflows."""
     _install(session, groups=("lint", "test"))
     session.run("ruff", "check", "python", "tests", "oracles", "noxfile.py", "setup.py", *session.posargs)
-    session.run("actionlint", *map(str, sorted((ROOT / ".github" / "workflows").glob("*.yml"))))
+    workflows = ROOT / ".github" / "workflows"
+    session.run("actionlint", *map(str, sorted(workflows.glob("*.yml"))))
+    session.run("zizmor", "--offline", "--persona", "auditor", "--min-severity", "medium", str(workflows))

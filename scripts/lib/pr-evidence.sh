@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Put a pack (or a merged verdict of several GPUs' packs) on its pull request (called by
-# .github/workflows/evidence.yml, after `verify`); PACK_DIR is a pack or a merged verdict folder:
+# .github/workflows/evidence-sign.yml, after `merge`); PACK_DIR is a pack or a merged verdict folder:
 #   scripts/lib/pr-evidence.sh comment      PACK_DIR PR   create or update THE evidence comment (comment.md)
 #   scripts/lib/pr-evidence.sh comment-file FILE     PR   the same comment, from a prepared body
 #   scripts/lib/pr-evidence.sh labels       PACK_DIR PR   set the pack's labels, drop stale ones
