@@ -2,18 +2,20 @@
 reference packs (re-rendered into tmp_path with today's code) and on packs of the stand-in stages."""
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 
 import pytest
 import tomllib
-from conftest import REPO, fake_pack, run_cli, verify_fake
+from conftest import REPO, copy_pack, fake_pack, run_cli, verify_fake
 
 from evpack.reporting import RENDERER_PINS
 from evpack.reporting.blocks import LONG_TABLE_ROWS, Details, Md, from_markdown, to_markdown
 from evpack.reporting.comment_md import COMMENT_MAX_CHARS, ci_links, fit, render_comment
 from evpack.reporting.common import MARKER
 from evpack.reporting.report_html import markdown_to_html
+from evpack.reporting.report_md import render_md
 from evpack.reporting.write import write_reports
 from evpack.stages.base import read_json
 
@@ -79,6 +81,41 @@ def test_comment_of_the_bench_only_pack_says_what_was_skipped():
     assert "Report: [report.html](report.html) in the pack `20261121T142707Z-b40b5c2fd4c6`" in c
     assert "- ptxas, sass, tensor_proof, sanitize, correctness, stability, canaries: not selected for this run" in c
     assert "gates not run (never a pass): ptxas_resources, sass_tensor_proof" in c
+
+
+NEWEST = REFERENCE / "20261123T010017Z-5cbc2fa93b94"  # nox -s evidence with --baseline: a same-run A/B
+
+
+def test_comment_starts_with_the_ab_decision_and_names_the_unsure_rows():
+    c = render_comment(NEWEST, environ={})
+    assert c.splitlines()[1] == "# ✅ **evidence:complete** · no regression against `342053f`: 388 SAME, 4 UNSURE, 0 SLOWER"
+    ab = json.loads((NEWEST / "bench" / "ab.json").read_text())
+    unsure = sorted((e for e in ab["rows"] if e["verdict"] == "UNSURE"), key=lambda e: e["key"])
+    named = [ln for ln in c.splitlines() if ln.startswith("- `")]
+    assert len(named) == len(unsure) == 4
+    for line, e in zip(named, unsure, strict=True):
+        assert line.startswith(f"- `{e['variant']}/{e['config']}` {e['shape']} {e['mode']}: time ")
+    _order(c, "Timed in the same run on the same GPU; 56 new rows not compared.", "**UNSURE** (4)",
+           "Report: [report.html](report.html)", "## Gates")
+    md = render_md(NEWEST)
+    assert "Performance: no regression against `342053f`: 388 SAME, 4 UNSURE, 0 SLOWER." in md
+
+
+def test_comment_names_the_slower_rows_first(tmp_path):
+    pack = copy_pack(NEWEST, tmp_path)
+    ab = json.loads((pack / "bench" / "ab.json").read_text())
+    slow = sorted(e["key"] for e in ab["rows"] if e["verdict"] == "SAME")[:12]
+    for e in ab["rows"]:
+        if e["key"] in slow:
+            e.update(verdict="SLOWER", ratio=1.1, ci_lo=1.05, ci_hi=1.15)
+    (pack / "bench" / "ab.json").write_text(json.dumps(ab))
+    c = render_comment(pack, environ={})
+    assert c.splitlines()[1] == ("# ✅ **evidence:complete** · **12 rows SLOWER** than `342053f`: "
+                                 "376 SAME, 4 UNSURE, 12 SLOWER")
+    section = c[c.index("**SLOWER** (12)"):c.index("**UNSURE** (4)")]
+    listed = [ln for ln in section.splitlines() if ln.startswith("- ")]
+    assert len(listed) == 10 + 1 and listed[-1] == "- … and 2 more (report.md lists them)"
+    assert listed[0].endswith(": time +10.0%, CI +5.0%..+15.0%")
 
 
 def test_ci_links_need_all_three_variables_and_check_them():

@@ -17,18 +17,19 @@ def _us(side: object) -> str:
     if not isinstance(side, dict) or not isinstance(side.get("median_us"), (int, float)):
         return "-"
     iqr = side.get("iqr_us")
-    return f"{side['median_us']:.2f} ± {iqr:.2f}" if isinstance(iqr, (int, float)) else f"{side['median_us']:.2f}"
+    med = side["median_us"]
+    return f"{med:.2f}\u00a0±\u00a0{iqr:.2f}" if isinstance(iqr, (int, float)) else f"{med:.2f}"  # never broken
 
 
 def _pct(x: object) -> str:
     return f"{x - 1:+.1%}" if isinstance(x, (int, float)) else "-"
 
 
-def _row(e: dict) -> list[str]:
+def _row(e: dict, *, why: bool = True) -> list[str]:
     ci = "-" if e.get("ci_lo") is None else f"{_pct(e.get('ci_lo'))}..{_pct(e.get('ci_hi'))}"
-    why = text(short(e.get("reason") or "", 160)) if e.get("verdict") != ab_mod.SAME else ""
-    return [code(f"{e.get('variant')}/{e.get('config')}", in_table=True), text(e.get("shape")), text(e.get("mode")),
-            _us(e.get("base")), _us(e.get("head")), _pct(e.get("ratio")), ci, text(e.get("verdict")), why]
+    cells = [code(f"{e.get('variant')}/{e.get('config')}", in_table=True), text(e.get("shape")), text(e.get("mode")),
+             _us(e.get("base")), _us(e.get("head")), _pct(e.get("ratio")), ci, text(e.get("verdict"))]
+    return cells + [text(short(e.get("reason") or "", 160))] if why else cells
 
 
 def ab_blocks(data: dict) -> list[Block]:
@@ -66,7 +67,7 @@ def ab_blocks(data: dict) -> list[Block]:
             lines += ["", f"{label}, {len(entries)} rows: {', '.join(code(k) for k in keys)}."]
     out: list[Block] = [Md("\n".join(lines))]
     if rows:
-        every = table(HEAD, [_row(e) for e in sorted(rows, key=lambda e: str(e.get("key")))])
+        every = table(HEAD[:-1], [_row(e, why=False) for e in sorted(rows, key=lambda e: str(e.get("key")))])
         out.append(Details(f"All {len(rows)} compared rows of the A/B", (Md("\n".join(every)),)))
     return out
 

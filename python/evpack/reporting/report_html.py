@@ -6,7 +6,7 @@ offline. Nothing from a pack can become an element or an attribute:
     images, autolinks and link references disabled (a value that reaches it unescaped still renders as text);
   - the collapsed parts (<details>/<summary>) and the figures come from the template, autoescape on;
   - the only attributes the renderer adds are its own: a status class on table cells that hold a status
-    word, a class on long code spans, and the scroll wrapper around each table.
+    word, a wrap class on cells and code spans with long words, and the scroll wrapper around each table.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from .blocks import Block, Details, Figure, Md
 
 TEMPLATE = "report.html.j2"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-LONG_CODE = 40  # characters
+LONG_CODE = 40  # characters: a longer code span or word may wrap anywhere
 OFF_RULES = ("html_block", "html_inline", "link", "image", "autolink", "reference")
 # A table cell that holds a status word gets the class of its colour ("status pass" ...).
 STATUS_CLASS = {"PASS": "pass", "FAIL": "fail", "ERROR": "error", "SKIPPED": "skipped", "SAME": "pass",
@@ -40,14 +40,18 @@ def png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def _status_cells(state) -> None:
-    """Core rule: the class of a cell whose text starts with a status word."""
+def _cell_classes(state) -> None:
+    """Core rule: the class of a cell whose text starts with a status word; `wrap` on a cell holding a word too
+    long for a column (a mangled symbol), so that it breaks anywhere instead of widening the table."""
     tokens = state.tokens
     for i, tok in enumerate(tokens[:-1]):
         if tok.type == "td_open" and tokens[i + 1].type == "inline":
-            m = _STATUS_CELL.match(tokens[i + 1].content)
+            content = tokens[i + 1].content
+            m = _STATUS_CELL.match(content)
             if m:
                 tok.attrJoin("class", "status " + STATUS_CLASS[(m.group(1) or m.group(2)).upper()])
+            if any(len(word) > LONG_CODE for word in content.split()):
+                tok.attrJoin("class", "wrap")
 
 
 def _code_inline(self, tokens, idx, options, env) -> str:
@@ -70,7 +74,7 @@ def _markdown():
 
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
     md.disable(list(OFF_RULES))
-    md.core.ruler.push("status_cells", _status_cells)
+    md.core.ruler.push("cell_classes", _cell_classes)
     md.add_render_rule("code_inline", _code_inline)
     md.add_render_rule("table_open", _wrapped(True))
     md.add_render_rule("table_close", _wrapped(False))

@@ -68,7 +68,7 @@ def report_blocks(view: PackView) -> list[Block]:
     rows = []
     for s, v in pj["stages"].items():
         dur = v.get("duration_s")
-        rows.append([text(s), status_word(v["status"]), f"{dur:.1f} s" if isinstance(dur, (int, float)) else "-",
+        rows.append([text(s), status_word(v["status"]), f"{dur:.1f}\u00a0s" if isinstance(dur, (int, float)) else "-",
                      text(v["reason"])])
     out.append(Md("\n".join(["## Stages", "", *table(["stage", "status", "time", "reason"], rows)])))
     for s, outcome in view.outcomes.items():
