@@ -18,6 +18,11 @@ BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stab
 
 
 def find_browser() -> str | None:
+    """$EVPACK_BROWSER (a Chromium binary, such as Debian's /usr/lib/chromium/chromium), else the first of
+    BROWSERS on PATH."""
+    explicit = os.environ.get("EVPACK_BROWSER")
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
     for name in BROWSERS:
         path = shutil.which(name)
         if path:

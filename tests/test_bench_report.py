@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 
+from evpack.reporting.blocks import Details, Figure, Md, to_markdown
 from evpack.stages import bench as stage
 from evpack.stages.base import ERROR, FAIL, PASS, SKIPPED, write_json, write_text
 from evpack.timing import baselines, clocks, plots
@@ -74,6 +75,11 @@ def make_stage(tmp_path, *, wrong=None, ours_status=None, sdpa_status=None, scal
     return d
 
 
+def report_md(d, out) -> str:
+    """The bench section as report.md writes it (the hook returns report blocks)."""
+    return to_markdown(stage.report_md(d, out))
+
+
 def test_derive_pass_and_data(tmp_path):
     d = make_stage(tmp_path)
     out = stage.derive(d, d.parent)
@@ -124,7 +130,7 @@ def test_wrong_result_fails(tmp_path):
     assert out.data["rows_fail"] == 2  # cold and graph rows of that config
     # the failing config never wins the leaderboard's canonical speedup
     assert out.data["canonical_best"] == "wmma/m128n64w8s1"
-    assert "**FAIL**" in stage.report_md(d, out)
+    assert "**FAIL**" in report_md(d, out)
 
 
 def test_row_statuses_decide_stage(tmp_path):
@@ -146,13 +152,21 @@ def test_report_and_figures(tmp_path):
     for p in written:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = stage.derive(d, d.parent)
-    md = stage.report_md(d, out)
-    for needle in ("## Benchmark", "GPU time 95.0 s", "cost $0.08 at $3.20/h", "× default",
+    md = report_md(d, out)
+    for needle in ("## Benchmark", "GPU time 95.0 s", "cost \\$0.08 at \\$3.20/h", "× default",
                    "Same-run ceilings", "not throttled", "unsupported", "No available kernel", "capture ms",
                    "synthetic_flash_kernel"):
         assert needle in md, needle
     # The leaderboard moved to the report's top (headline_md); the section points there.
     assert "| # | impl |" not in md and "at the top of this report" in md
+    # The plots sit right after the per-shape table they belong to, each once; the other modes follow collapsed.
+    blocks = stage.report_md(d, out)
+    kinds = [type(b).__name__ for b in blocks]
+    per_shape = next(i for i, b in enumerate(blocks) if isinstance(b, Md) and "### Per shape (cold mode)" in b.text)
+    figs = [i for i, b in enumerate(blocks) if isinstance(b, Figure)]
+    assert figs == list(range(per_shape + 1, per_shape + 1 + len(plots.FILES))), kinds
+    assert [blocks[i].path for i in figs] == [f"bench/{name}" for name in plots.FILES]
+    assert isinstance(blocks[figs[-1] + 1], Details) and blocks[figs[-1] + 1].summary == "Per shape (graph mode)"
     head = stage.headline_md(d, out)
     assert head.startswith("## Leaderboard at the canonical shape (B=16, H=16, S=512, D=64, dtype=fp16, non-causal")
     table_lines = [ln for ln in head.splitlines() if ln.startswith("|")]
@@ -202,7 +216,7 @@ def test_previous_pack_diff(tmp_path):
     assert out.status == PASS
     assert len(out.data["regressions"]) == len(SHAPES) * 2 * len(OURS_US)
     assert out.data["compare_counts"]["SLOWER"] == len(out.data["regressions"])
-    md = stage.report_md(new, out)
+    md = report_md(new, out)
     assert "Against the previous pack" in md and "SLOWER" in md
     same = make_stage(tmp_path, name="same", seed=3)
     write_json(same / "previous_summary.json", json.loads((old / "summary.json").read_text()))

@@ -182,7 +182,7 @@ def test_signatures_against_allowed_signers(member, env, tmp_path):
     assert rec["members"][0]["signature"]["state"] == "verified"
     assert rec["members"][0]["signature"]["principal"] == "alice@example.org"
     assert rec["members"][1]["signature"]["state"] == "unsigned"
-    assert "verified (alice@example.org)" in (out / "report.md").read_text()
+    assert "verified (`alice@example.org`)" in (out / "report.md").read_text()
     good = run_cli("verify", str(out), "--allowed-signers", str(keys["allowed"]), env=env)
     assert good.returncode == 0 and "provenance signed by alice@example.org" in good.stdout, good.stdout
     bare = run_cli("verify", str(out), env=env)  # the signers are not re-checked, the signatures are

@@ -2,18 +2,20 @@
 reference packs (re-rendered into tmp_path with today's code) and on packs of the stand-in stages."""
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 
 import pytest
 import tomllib
-from conftest import REPO, fake_pack, run_cli, verify_fake
+from conftest import REPO, copy_pack, fake_pack, run_cli, verify_fake
 
 from evpack.reporting import RENDERER_PINS
+from evpack.reporting.blocks import LONG_TABLE_ROWS, Details, Md, from_markdown, to_markdown
 from evpack.reporting.comment_md import COMMENT_MAX_CHARS, ci_links, fit, render_comment
 from evpack.reporting.common import MARKER
 from evpack.reporting.report_html import markdown_to_html
-from evpack.reporting.report_md import LONG_TABLE_ROWS, collapse_long_tables
+from evpack.reporting.report_md import render_md
 from evpack.reporting.write import write_reports
 from evpack.stages.base import read_json
 
@@ -51,37 +53,86 @@ def test_renderer_pins_match_pyproject():
 def test_comment_of_the_full_reference_pack(full_reports):
     c = full_reports["comment.md"]
     assert len(c) <= COMMENT_MAX_CHARS
-    assert c.startswith(MARKER + "\n# Evidence pack `20261121T142018Z-b40b5c2fd4c6`: **evidence:complete**")
-    _order(c, "Labels: `evidence:complete`, `tensor-cores-verified`", "## Gates", "## Leaderboard at the canonical",
-           "## Regressions", "## Skipped")
+    # The decision first: the label, then what the benchmark was compared with (here: nothing).
+    assert c.startswith(MARKER + "\n# ✅ **evidence:complete** · no performance decision: no base to compare with")
+    _order(c, "Report: `report.html` in the pack `20261121T142018Z-b40b5c2fd4c6`",
+           "Labels: `evidence:complete`, `tensor-cores-verified`", "## Gates", "## Leaderboard at the canonical",
+           "## Skipped")
     pj = read_json(FULL / "pack.json")
     for gate, v in pj["gates"].items():
         assert f"| {gate} | {v['status'].upper()} |" in c
-    board = [ln for ln in c[c.index("## Leaderboard"):c.index("## Regressions")].splitlines() if ln.startswith("| ")]
+    board = [ln for ln in c[c.index("## Leaderboard"):c.index("## Skipped")].splitlines() if ln.startswith("| ")]
     assert len(board) == 1 + 8  # header + the top 8 of 12 rows
     assert "| 3 | evpack | mma | m64n64w4s2 | 66.94 |" in c
     assert "Best of ours: `mma/m64n64w4s2` = **0.73×** SDPA default" in c
-    assert "No baseline to compare with" in c and "Nothing was skipped" in c
-    # The CI links of the environment it was rendered in.
-    assert "[https://github.com/octo/kernels/actions/runs/4242](https://github.com/octo/kernels/actions/runs/4242)" in c
+    assert "Nothing was skipped" in c
+    # The CI links of the environment it was rendered in: the run that holds the pack, the commit.
+    assert "an artifact of [CI run 4242](https://github.com/octo/kernels/actions/runs/4242)" in c
     assert "https://github.com/octo/kernels/actions/runs/4242#artifacts" in c
-    assert "https://github.com/octo/kernels/commit/b40b5c2fd4c6d1ffc1e4d90221a8922f584ada8f" in c
+    assert "(https://github.com/octo/kernels/commit/b40b5c2fd4c6d1ffc1e4d90221a8922f584ada8f)" in c
 
 
 def test_comment_of_the_bench_only_pack_says_what_was_skipped():
     c = render_comment(BENCH_ONLY, environ={})
-    assert "**evidence:partial**" in c and "actions/runs" not in c
+    assert c.startswith(MARKER + "\n# ⚠️ **evidence:partial** · no regression against pack "
+                        "`20261121T142018Z-b40b5c2fd4c6`: 669 SAME, 2 FASTER, 1 SLOWER (0 of ours)")
+    assert "not a same-run A/B" in c and "actions/runs" not in c
+    # Outside CI the report is the file beside comment.md in the pack.
+    assert "Report: [report.html](report.html) in the pack `20261121T142707Z-b40b5c2fd4c6`" in c
     assert "- ptxas, sass, tensor_proof, sanitize, correctness, stability, canaries: not selected for this run" in c
     assert "gates not run (never a pass): ptxas_resources, sass_tensor_proof" in c
-    assert "No row of ours is slower than pack `20261121T142018Z-b40b5c2fd4c6`" in c
-    assert "669 SAME, 2 FASTER, 1 SLOWER" in c
 
 
-def test_ci_links_need_all_three_variables():
+NEWEST = REFERENCE / "20261123T010017Z-5cbc2fa93b94"  # nox -s evidence with --baseline: a same-run A/B
+
+
+def test_comment_starts_with_the_ab_decision_and_names_the_unsure_rows():
+    c = render_comment(NEWEST, environ={})
+    assert c.splitlines()[1] == "# ✅ **evidence:complete** · no regression against `342053f`: 388 SAME, 4 UNSURE, 0 SLOWER"
+    ab = json.loads((NEWEST / "bench" / "ab.json").read_text())
+    unsure = sorted((e for e in ab["rows"] if e["verdict"] == "UNSURE"), key=lambda e: e["key"])
+    named = [ln for ln in c.splitlines() if ln.startswith("- `")]
+    assert len(named) == len(unsure) == 4
+    for line, e in zip(named, unsure, strict=True):
+        assert line.startswith(f"- `{e['variant']}/{e['config']}` {e['shape']} {e['mode']}: time ")
+    _order(c, "Timed in the same run on the same GPU; 56 new rows not compared.", "**UNSURE** (4)",
+           "Report: [report.html](report.html)", "## Gates")
+    md = render_md(NEWEST)
+    assert "Performance: no regression against `342053f`: 388 SAME, 4 UNSURE, 0 SLOWER." in md
+
+
+def test_comment_names_the_slower_rows_first(tmp_path):
+    pack = copy_pack(NEWEST, tmp_path)
+    ab = json.loads((pack / "bench" / "ab.json").read_text())
+    slow = sorted(e["key"] for e in ab["rows"] if e["verdict"] == "SAME")[:12]
+    for e in ab["rows"]:
+        if e["key"] in slow:
+            e.update(verdict="SLOWER", ratio=1.1, ci_lo=1.05, ci_hi=1.15)
+    (pack / "bench" / "ab.json").write_text(json.dumps(ab))
+    c = render_comment(pack, environ={})
+    assert c.splitlines()[1] == ("# ✅ **evidence:complete** · **12 rows SLOWER** than `342053f`: "
+                                 "376 SAME, 4 UNSURE, 12 SLOWER")
+    section = c[c.index("**SLOWER** (12)"):c.index("**UNSURE** (4)")]
+    listed = [ln for ln in section.splitlines() if ln.startswith("- ")]
+    assert len(listed) == 10 + 1 and listed[-1] == "- … and 2 more (report.md lists them)"
+    assert listed[0].endswith(": time +10.0%, CI +5.0%..+15.0%")
+
+
+def test_ci_links_need_all_three_variables_and_check_them():
     assert ci_links({}) == {}
     assert ci_links({**CI_ENV, "GITHUB_RUN_ID": ""}) == {}
     assert ci_links({**CI_ENV, "GITHUB_RUN_ID": "12; rm -rf /"}) == {}
+    assert ci_links({**CI_ENV, "GITHUB_RUN_ID": "١٢"}) == {}  # digits, but not ASCII ones
     assert ci_links({**CI_ENV, "GITHUB_RUN_ATTEMPT": "2"})["run"].endswith("/actions/runs/4242/attempts/2")
+    assert ci_links({**CI_ENV, "GITHUB_SERVER_URL": "https://ghe.example.com:8443/"})["run"] == \
+        "https://ghe.example.com:8443/octo/kernels/actions/runs/4242"
+    for server in ("http://github.com", "javascript:alert(1)//", "https://github.com/evil", "https://a@github.com",
+                   "https://github.com?x=1", "https://github.com#x", "https://gith ub.com", "https://github.com)[x](y",
+                   "https:///x", "https://-bad-.com", "//github.com", "https://github.com:99999", ""):
+        assert ci_links({**CI_ENV, "GITHUB_SERVER_URL": server}) == {}, server
+    for repo in ("octo", "octo/kernels/x", "octo/..", "../kernels", "octo/ker nels", "octo/k)](javascript:x",
+                 "-octo/kernels"):
+        assert ci_links({**CI_ENV, "GITHUB_REPOSITORY": repo}) == {}, repo
 
 
 def test_fit_cuts_at_a_line_boundary_and_says_so():
@@ -116,18 +167,26 @@ def test_report_md_puts_verdict_gates_and_leaderboard_first(full_reports):
         assert f"<details><summary>{name}" in md, name
 
 
-def test_collapse_long_tables():
+def test_from_markdown_collapses_long_tables_and_reads_details_lines():
     def tbl(n: int) -> list[str]:
         return ["| a | b |", "|---|---|"] + [f"| {i} | x |" for i in range(n)]
 
     md = "\n".join(["### Short", "", *tbl(LONG_TABLE_ROWS), "", "### Long `one`", "", *tbl(LONG_TABLE_ROWS + 1),
-                    "", "<details><summary>mine</summary>", "", *tbl(40), "", "</details>", "", "```",
-                    *tbl(30), "```"])
-    out = collapse_long_tables(md)
-    assert out.count("<details>") == 2  # the long one, and the one that already was
+                    "", "<details><summary>mine</summary>", "", *tbl(40), "", "</details>", "- a list right after",
+                    "", "```", *tbl(30), "<details><summary>in a fence</summary>", "```"])
+    blocks = from_markdown(md)
+    details = [b for b in blocks if isinstance(b, Details)]
+    assert [d.summary for d in details] == [f"Long one (table of {LONG_TABLE_ROWS + 1} rows)", "mine"]
+    assert details[1].body == (Md("\n".join(tbl(40))),)  # a table inside an author's <details>: left whole
+    assert isinstance(blocks[-1], Md) and blocks[-1].text.startswith("- a list right after")
+    assert blocks[-1].text.endswith("\n".join(["```", *tbl(30), "<details><summary>in a fence</summary>", "```"]))
+    # report.md: every <details> line stands between blank lines, so GitHub renders the Markdown around it.
+    out = to_markdown(blocks)
+    assert "</details>\n\n- a list right after" in out
     assert f"<details><summary>Long one (table of {LONG_TABLE_ROWS + 1} rows)</summary>\n\n| a | b |" in out
-    assert out.count("</details>") == 2
-    assert out.endswith("\n".join(["```", *tbl(30), "```"]))  # fenced text untouched
+    assert out.count("</details>") == 2 and out.count("<details>") == 3  # the third is fenced text
+    # A summary is text: escaped in report.md.
+    assert to_markdown([Details("a <b> & c", (Md("x"),))]).startswith("<details><summary>a &lt;b&gt; &amp; c</summary>")
 
 
 # ------------------------------------------------------------------------------------ report.html
@@ -175,7 +234,6 @@ def test_report_html_renders_html_and_collapses_long_tables(full_reports):
     for tag in ("details", "summary", "br", "table", "td"):
         assert f"<{tag}" not in text and f"&lt;{tag}" not in html, tag  # elements, never escaped text
     assert html.count("<details>") >= 5 and html.count("<summary>") == html.count("<details>")
-    assert "</code><br><code>" in html  # the SDPA kernel list of a table cell
     long_tables = [t for t in page.tables if t["rows"] - 1 > LONG_TABLE_ROWS]
     assert long_tables and all(t["in_details"] for t in long_tables)
     top = [t for t in page.tables if not t["in_details"]]
@@ -187,12 +245,34 @@ def test_report_html_renders_html_and_collapses_long_tables(full_reports):
     assert '<body class="verdict-complete">' in html
     assert re.search(r'<meta name="generator" content="evpack [^"]*markdown-it-py 4\.3\.0; jinja2 3\.1\.6"', html)
     assert "Invalid __global__ write" in text  # tool text stays literal (a code span), not bold
+    # Status cells carry their colour's class; the gate table has one per gate.
+    pj = read_json(FULL / "pack.json")
+    assert html.count('<td class="status pass">PASS</td>') >= len(pj["gates"]) + len(pj["stages"])
+    # The plots sit in the benchmark's section, before its later parts: not all at the end of the page.
+    assert html.index("<figure>") > html.index("Per shape (cold mode)")
+    assert html.rindex("</figure>") < html.index("SDPA kernels that ran")
 
 
-def test_markdown_renderer_passes_html_through():
-    out = markdown_to_html("<details><summary>S</summary>\n\n| a | b |\n|---|---|\n| x<br>y | p \\| q |\n\n</details>\n")
-    assert out.startswith("<details><summary>S</summary>\n<table>")
-    assert "<td>x<br>y</td>" in out and "<td>p | q</td>" in out and out.rstrip().endswith("</details>")
+def test_markdown_renderer_shows_html_links_and_images_as_text():
+    """report.html renders Markdown with raw HTML, links, images, autolinks and references off: whatever reaches
+    the renderer unescaped is text, never an element or an attribute."""
+    hostile = ("<script>alert(1)</script> <img src=x onerror=alert(1)> [a](javascript:alert(1)) "
+               "![i](https://evil.example/p.png) <https://evil.example> https://evil.example www.evil.example\n\n"
+               "[ref]: https://evil.example\n\n<details><summary>S</summary>\n\n| a |\n|---|\n| x<br>y |\n\n</details>")
+    out = markdown_to_html(hostile)
+    page = _Page()
+    page.feed(out)
+    assert page.links == [] and page.images == []
+    assert re.findall(r"<(\w+)", out) == ["p", "p", "p", "div", "table", "thead", "tr", "th", "tbody", "tr", "td",
+                                          "p"], out
+    assert "&lt;script&gt;" in out and "&lt;details&gt;" in out and "[ref]: https://evil.example" in out
+    # Status cells are coloured; the table sits in a scroll wrapper; a long code span may wrap.
+    table = markdown_to_html("| gate | status |\n|---|---|\n| a | PASS |\n| b | fail: x |\n| c | UNSURE |\n"
+                             "| d | passes |\n| e | `" + "k" * 60 + "` |")
+    assert '<div class="table-wrap">\n<table>' in table and table.rstrip().endswith("</table>\n</div>")
+    assert '<td class="status pass">PASS</td>' in table and '<td class="status fail">fail: x</td>' in table
+    assert '<td class="status unsure">UNSURE</td>' in table and "<td>passes</td>" in table
+    assert '<code class="long">' in table
 
 
 def test_report_cli_writes_all_three_outside_the_pack(tmp_path):

@@ -1,14 +1,21 @@
 """Reports: views of a pack, rendered from the pack's files only and covered by its index.json.
 
-  common.py          what every report shows: pack facts, stage outcomes, the gate table, table helpers
-  report_md.py       report.md, the full report (verdict, gates, canonical leaderboard first)
-  report_html.py     report.html: report.md through markdown-it-py into a jinja2 template, plots embedded
-  comment_md.py      comment.md: the short PR comment (at most COMMENT_MAX_CHARS characters)
-  bench_sections.py  the benchmark sections (leaderboard, per shape, kernels, against the previous pack)
+  markdown.py        the only way a pack value enters Markdown: text(), code(), fence() escape it
+  blocks.py          a report as blocks (Markdown runs, collapsed parts, figures); report.md from them
+  common.py          what every report shows: pack facts, stage outcomes, the gate table
+  decision.py        the performance decision (A/B against the base, else the previous pack)
+  report_md.py       the full report's blocks (verdict, decision, gates, canonical leaderboard first)
+  report_html.py     report.html: the blocks in a jinja2 template, the Markdown through markdown-it-py with
+                     raw HTML, links and images off, plots embedded
+  comment_md.py      comment.md: the PR comment, decision first (at most COMMENT_MAX_CHARS characters)
+  bench_sections.py  the benchmark sections (leaderboard, per shape and its plots, kernels, previous pack)
+  ab_section.py      the same-run A/B against the base
+  merged_md.py       report.md and comment.md of a merged verdict
   write.py           write_reports(): all three files into a folder
 
-Only report_html.py needs the third-party renderer (markdown-it-py, jinja2), and it imports
-it at call time: `verify` never imports this package's renderer.
+Pack values are data: escaped wherever they enter Markdown, never HTML, a link or an image. Only
+report_html.py needs the third-party renderer (markdown-it-py, jinja2), and it imports it at call
+time: `verify` never imports this package's renderer.
 """
 from __future__ import annotations
 

@@ -1,41 +1,51 @@
-"""The benchmark sections of the reports, rendered from the files in the bench stage folder only."""
+"""The benchmark sections of the reports, rendered from the files in the bench stage folder only.
+
+Every pack value goes through reporting.markdown (text, code); render() returns report blocks, so the
+collapsed parts and the plots sit where they belong (the plots right after the per-shape results).
+"""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from ..timing import ceilings as ceilings_mod
+from ..timing import plots
 from ..timing.baselines import BACKENDS, classify_kernels
-from ..timing.compare import compare_rows
-from ..timing.compare import render as render_diff
+from ..timing.compare import SAME, compare_rows
+from . import ab_section
+from .blocks import Block, Details, Figure, Md
+from .markdown import code, short, table, text
 
 SKIP_MARK = {"unsupported": "unsupported", "skipped": "skipped", "error": "error", "fail": "FAIL"}
+FIGURE_CAPTIONS = {
+    "latency_by_shape.png": "Median latency per shape: the best config of each of our variants and every SDPA backend",
+    "tflops_roofline.png": "Achieved TFLOP/s per shape against the same-run roofline (FLOPs / floor time)",
+    "speedup.png": "Best of ours against each SDPA backend, per shape (1.0 = parity)",
+    "sweep.png": "TFLOP/s against S at fixed B*S (the sequence sweep)",
+}
 
 
 def _load(path: Path):
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError):
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
         return None
 
 
 def f(x, spec: str = ".1f", none: str = "-") -> str:
-    return none if x is None else format(x, spec)
+    return none if not isinstance(x, (int, float)) or isinstance(x, bool) else format(x, spec)
 
 
 def cost_line(run: dict) -> str:
     secs = run.get("gpu_seconds")
-    line = f"GPU time {f(secs, '.1f')} s ({f(secs / 3600 if secs is not None else None, '.3f')} GPU-h)"
-    if run.get("cost_usd") is not None:
-        line += f" · cost ${run['cost_usd']:.2f} at ${run['cost_per_hour']:.2f}/h"
+    hours = secs / 3600 if isinstance(secs, (int, float)) else None
+    line = f"GPU time {f(secs, '.1f')} s ({f(hours, '.3f')} GPU-h)"
+    if isinstance(run.get("cost_usd"), (int, float)):
+        line += f" · cost \\${run['cost_usd']:.2f} at \\${f(run.get('cost_per_hour'), '.2f')}/h"
     else:
-        line += " · cost: no rate given (--cost-per-hour or EVPACK_COST_PER_HOUR)"
+        line += " · cost: no rate given (--cost-per-hour or EVPACK\\_COST\\_PER\\_HOUR)"
     return line
-
-
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def _per_gpu(stage_dir: Path, run: dict) -> list[str]:
@@ -46,11 +56,13 @@ def _per_gpu(stage_dir: Path, run: dict) -> list[str]:
         return _ceilings_clocks(stage_dir, "")
     lines = [f"**Sharded over {len(shards)} GPU(s):** each shape measured whole on one GPU, with its SDPA "
              "baselines and ceilings; no ratio is taken across GPUs.", ""]
-    lines += _table(["shard", "GPU", "UUID", "shapes"],
-                    [[s["dir"], str((s.get("gpu") or {}).get("index", "?")), f"`{(s.get('gpu') or {}).get('uuid', '?')}`",
-                      str(len(s.get("shapes", [])))] for s in shards]) + [""]
+    lines += table(["shard", "GPU", "UUID", "shapes"],
+                   [[text(s["dir"]), text((s.get("gpu") or {}).get("index", "?")),
+                     code((s.get("gpu") or {}).get("uuid", "?"), in_table=True), str(len(s.get("shapes", [])))]
+                    for s in shards]) + [""]
     for s in shards:
-        lines += _ceilings_clocks(stage_dir / s["dir"], f" ({s['dir']}, GPU {(s.get('gpu') or {}).get('index', '?')})")
+        where = f" ({s['dir']}, GPU {(s.get('gpu') or {}).get('index', '?')})"
+        lines += _ceilings_clocks(stage_dir / Path(str(s["dir"])).name, text(where))
     return lines
 
 
@@ -64,19 +76,21 @@ def _ceilings_clocks(folder: Path, where: str) -> list[str]:
     clk = _load(folder / "clocks.json")
     if clk:
         b, a = clk.get("before", {}), clk.get("after", {})
-        state = f"**THROTTLED**: {clk['reason']}" if clk.get("throttled") else (clk.get("reason") or "not throttled")
-        lines += [f"**SM clock under load{where}:** before {b.get('sm_mhz', '?')} MHz, after {a.get('sm_mhz', '?')} MHz "
-                  f"(max {a.get('max_sm_mhz', '?')}, via {a.get('source', '?')}) — {state}.", ""]
+        state = (f"**THROTTLED**: {text(clk['reason'])}" if clk.get("throttled")
+                 else text(clk.get("reason") or "not throttled"))
+        lines += [f"**SM clock under load{where}:** before {text(b.get('sm_mhz', '?'))} MHz, after "
+                  f"{text(a.get('sm_mhz', '?'))} MHz (max {text(a.get('max_sm_mhz', '?'))}, via "
+                  f"{text(a.get('source', '?'))}) — {state}.", ""]
     return lines
 
 
 def leaderboard_md(board: list[dict]) -> list[str]:
-    rows = [[str(e["rank"]), e["impl"], e["variant"], e["config"] or "-", f(e["median_us"], ".2f"),
+    rows = [[text(e["rank"]), text(e["impl"]), text(e["variant"]), (text(e["config"]) if e["config"] else "-"), f(e["median_us"], ".2f"),
              f(e["iqr_us"], ".2f"), f(e["tflops"]), f(e["pct_floor"]), f(e["speedup_vs_default"], ".2f"),
-             f(e["graph_median_us"], ".2f"), "" if e["status"] == "ok" else e["status"]]
+             f(e["graph_median_us"], ".2f"), "" if e["status"] == "ok" else text(e["status"])]
             for e in board]
-    return _table(["#", "impl", "variant", "config", "median µs", "IQR µs", "TFLOP/s", "% floor",
-                   "× default", "graph µs", "status"], rows)
+    return table(["#", "impl", "variant", "config", "median µs", "IQR µs", "TFLOP/s", "% floor",
+                  "× default", "graph µs", "status"], rows)
 
 
 def top_rows(board: list[dict], n: int) -> list[dict]:
@@ -98,14 +112,16 @@ def canonical_leaderboard(stage_dir: Path, max_rows: int | None = None, level: i
     board = summary["leaderboard"]
     shown = board if max_rows is None or len(board) <= max_rows else top_rows(board, max_rows)
     more = "" if len(shown) == len(board) else f"; {len(shown)} of {len(board)} rows"
-    params = summary["canonical"].replace(",", ", ").replace("causal=0", "non-causal").replace("causal=1", "causal")
-    lines = [f"{'#' * level} Leaderboard at the canonical shape ({params}; {summary['primary_mode']} mode{more})", ""]
+    params = (str(summary["canonical"]).replace(",", ", ").replace("causal=0", "non-causal")
+              .replace("causal=1", "causal"))
+    lines = [f"{'#' * level} Leaderboard at the canonical shape ({text(params)}; {text(summary['primary_mode'])} "
+             f"mode{more})", ""]
     lines += leaderboard_md(shown)
     cs = summary.get("canonical_speedup")
-    if cs is not None:
+    if isinstance(cs, (int, float)):
         vs = summary.get("canonical_speedup_vs") or {}
-        others = ", ".join(f"{f(v, '.2f')}× {b}" for b, v in vs.items() if b != "default" and v is not None)
-        lines += ["", f"Best of ours: `{summary['canonical_best']}` = **{cs:.2f}×** SDPA default"
+        others = ", ".join(f"{f(v, '.2f')}× {text(b)}" for b, v in vs.items() if b != "default" and v is not None)
+        lines += ["", f"Best of ours: {code(summary['canonical_best'])} = **{cs:.2f}×** SDPA default"
                   + (f" ({others})" if others else "") + "."]
     return lines
 
@@ -121,7 +137,7 @@ def per_shape_md(rows: list[dict], mode: str) -> list[str]:
         ours = [r for r in here if r["impl"] == "evpack" and r["status"] == "ok" and r["median_us"] is not None]
         best = min(ours, key=lambda r: r["median_us"]) if ours else None
         sd = {r["variant"]: r for r in here if r["impl"] == "sdpa"}
-        cells = [s, f"{best['variant']}/{best['config']}" if best else "-",
+        cells = [text(s), code(f"{best['variant']}/{best['config']}", in_table=True) if best else "-",
                  f(best["median_us"], ".2f") if best else "-", f(best["tflops"]) if best else "-",
                  f(best["pct_floor"]) if best else "-"]
         for b in BACKENDS:
@@ -131,76 +147,103 @@ def per_shape_md(rows: list[dict], mode: str) -> list[str]:
         cells += [f(best["speedup_vs"].get("default"), ".2f") if best else "-",
                   f(best["speedup_vs"].get("flash"), ".2f") if best else "-"]
         out.append(cells)
-    return _table(["shape", "best of ours", "µs", "TFLOP/s", "% floor", *[f"{b} µs" for b in BACKENDS],
-                   "× default", "× flash"], out)
+    return table(["shape", "best of ours", "µs", "TFLOP/s", "% floor", *[f"{b} µs" for b in BACKENDS],
+                  "× default", "× flash"], out)
 
 
 def _problems(rows: list[dict]) -> list[str]:
     out = []
     for r in rows:
         if r["status"] == "fail":
-            out.append(f"- **FAIL** `{r['key']}`: max |err| {f(r.get('max_abs_err'), '.3g', 'non-finite')} "
+            out.append(f"- **FAIL** {code(r['key'])}: max \\|err\\| {f(r.get('max_abs_err'), '.3g', 'non-finite')} "
                        f"> bound {f(r.get('err_bound'), '.3g')}")
         elif r["status"] in ("error", "skipped") or (r["status"] == "unsupported" and r["mode"] == "cold"):
-            out.append(f"- {r['status']} `{r['impl']}|{r['variant']}|{r['config']}|{r['shape']}`"
-                       f"{'' if r['status'] == 'unsupported' else '|' + r['mode']}: {r['reason'][:300]}")
+            key = f"{r['impl']}|{r['variant']}|{r['config']}|{r['shape']}"
+            key += "" if r["status"] == "unsupported" else "|" + str(r["mode"])
+            out.append(f"- {text(r['status'])} {code(key)}: {text(short(r['reason'], 300))}")
     return out
 
 
-def render(stage_dir: Path, outcome, *, leaderboard: bool = True) -> str:
+def _sdpa_kernels(ran: list[dict]) -> list[str]:
+    """One row per kernel name (whole: a table cell wraps it), the backend on its first row."""
+    rows = []
+    for r in ran:
+        for i, k in enumerate(r["kernels"][:4]):
+            first = i == 0
+            rows.append([text(r["variant"]) if first else "", text(classify_kernels(r["kernels"])) if first else "",
+                         code(k, in_table=True)])
+    return table(["backend", "ran as", "kernel"], rows)
+
+
+def _previous(stage_dir: Path, run: dict, rows: list[dict]) -> list[Block]:
+    """The comparison with the previous pack's benchmark: the tally, the changed rows collapsed."""
+    prev = _load(stage_dir / "previous_summary.json")
+    if not (prev and prev.get("rows")):
+        return []
+    diff = compare_rows(prev["rows"], rows)
+    c = diff["counts"]
+    tally = ", ".join(f"{n} {text(k).lower()}" for k, n in c.items())
+    foot = (f"{tally}; noise rule \\|Δ\\| > {diff['k']:g}·sqrt(iqr\\_a² + iqr\\_b²) + drift·median, drift (SDPA rows) "
+            f"{100 * diff['drift']:.2f}%")
+    changed = [e for e in diff["rows"] if e["mark"] != SAME]
+    out: list[Block] = [Md(f"### Against the previous pack {code(run.get('previous_pack_id', '?'))}\n\n{foot}")]
+    if changed:
+        body = table(["mark", "impl", "variant", "config", "shape", "mode", "A µs", "B µs", "Δ %", "noise µs"],
+                     [[text(e["mark"] + (f" ({e['note']})" if e.get("note") else "")), text(e["impl"]),
+                       text(e["variant"]), (text(e["config"]) if e["config"] else "-"), text(e["shape"]), text(e["mode"]),
+                       f(e["median_a_us"], ".2f"), f(e["median_b_us"], ".2f"), f(e["delta_pct"], "+.1f"),
+                       f(e["threshold_us"], ".2f")] for e in changed])
+        out.append(Details(f"Rows that changed or could not be compared ({len(changed)})", (Md("\n".join(body)),)))
+    return out
+
+
+def figures_of(stage_dir: Path) -> list[Block]:
+    """The benchmark's plots, as they sit beside the per-shape results."""
+    return [Figure(f"{stage_dir.name}/{name}", FIGURE_CAPTIONS.get(name, name)) for name in plots.FILES
+            if (stage_dir / name).is_file()]
+
+
+def render(stage_dir: Path, outcome, *, leaderboard: bool = True) -> list[Block]:
     """The benchmark section; with leaderboard=False the canonical leaderboard is left to the report's top."""
     summary = _load(stage_dir / "summary.json")
     run = _load(stage_dir / "run.json") or {}
-    lines = ["## Benchmark", "", f"**Status: {outcome.status}** — {outcome.reason}", ""]
-    from ..timing.ab_stage import report_section  # the same-run A/B against the base: first
-
-    ab_md = report_section(stage_dir)
-    if ab_md:
-        lines += [ab_md, ""]
+    out: list[Block] = [Md(f"## Benchmark\n\n**Status: {text(outcome.status)}** — {text(outcome.reason)}")]
+    out += ab_section.section(stage_dir)  # the same-run A/B against the base: first
     if summary is None:
-        return "\n".join(lines + ["No summary.json in the stage folder."])
+        return out + [Md("No summary.json in the stage folder.")]
     dev = run.get("device", {})
     mode = summary["primary_mode"]
-    lines += [f"Suite `{summary['suite']}` on {dev.get('name', '?')} (torch {dev.get('torch', '?')}, "
-              f"CUDA {dev.get('cuda', '?')}); statistics: median of CUDA-event times per call, IQR, "
-              f"95% order-statistic CI; primary mode `{mode}`.", "", f"**Cost:** {cost_line(run)}", ""]
+    lines = [f"Suite {code(summary['suite'])} on {text(dev.get('name', '?'))} (torch {text(dev.get('torch', '?'))}, "
+             f"CUDA {text(dev.get('cuda', '?'))}); statistics: median of CUDA-event times per call, IQR, "
+             f"95% order-statistic CI; primary mode {code(mode)}.", "", f"**Cost:** {cost_line(run)}", ""]
     lines += _per_gpu(stage_dir, run)
     rows = summary["rows"]
     cs = summary.get("canonical_speedup")
-    lines += [f"**Canonical shape** `{summary['canonical']}` ({mode}): "
-              + (f"best `{summary['canonical_best']}` = **{cs:.2f}×** SDPA default" if cs is not None
+    lines += [f"**Canonical shape** {code(summary['canonical'])} ({text(mode)}): "
+              + (f"best {code(summary['canonical_best'])} = **{cs:.2f}×** SDPA default" if isinstance(cs, (int, float))
                  else "no timed variant of ours at this shape"), ""]
     if summary.get("leaderboard") and leaderboard:
-        lines += [f"### Leaderboard (canonical shape, {mode} mode)", ""] + leaderboard_md(summary["leaderboard"]) + [""]
+        lines += [f"### Leaderboard (canonical shape, {text(mode)} mode)", ""] + leaderboard_md(summary["leaderboard"])
     elif summary.get("leaderboard"):
-        lines += ["The leaderboard at the canonical shape is at the top of this report.", ""]
-    lines += [f"### Per shape ({mode} mode)", ""] + per_shape_md(rows, mode) + [""]
+        lines += ["The leaderboard at the canonical shape is at the top of this report."]
+    out.append(Md("\n".join(lines)))
+    out.append(Md("\n".join([f"### Per shape ({text(mode)} mode)", "", *per_shape_md(rows, mode)])))
+    out += figures_of(stage_dir)
     for other in ("graph", "warm"):
         if other != mode and any(r["mode"] == other for r in rows):
-            lines += [f"<details><summary>Per shape ({other} mode)</summary>", ""] + per_shape_md(rows, other) + ["", "</details>", ""]
+            out.append(Details(f"Per shape ({other} mode)", (Md("\n".join(per_shape_md(rows, other))),)))
     ran = [r for r in rows if r["impl"] == "sdpa" and r["shape"] == summary["canonical"] and r["mode"] == mode
            and r.get("kernels")]
     if ran:
-        lines += ["### SDPA kernels that ran (profiler, canonical shape)", ""]
-        lines += _table(["backend", "ran as", "kernels"],
-                        [[r["variant"], classify_kernels(r["kernels"]), "<br>".join(f"`{k[:90]}`" for k in r["kernels"][:4])]
-                         for r in ran]) + [""]
+        out.append(Md("\n".join(["### SDPA kernels that ran (profiler, canonical shape)", "", *_sdpa_kernels(ran)])))
     graph = [r for r in rows if r["impl"] == "evpack" and r["mode"] == "graph" and r.get("capture_ms") is not None]
     if graph:
-        lines += ["<details><summary>CUDA graph capture of our op</summary>", ""]
-        lines += _table(["variant", "config", "shape", "calls/graph", "capture ms", "replay µs/call"],
-                        [[r["variant"], r["config"], r["shape"], str(r.get("calls_per_sample")), f(r["capture_ms"], ".2f"),
-                          f(r["median_us"], ".2f")] for r in graph]) + ["", "</details>", ""]
+        body = table(["variant", "config", "shape", "calls/graph", "capture ms", "replay µs/call"],
+                     [[text(r["variant"]), text(r["config"]), text(r["shape"]), text(r.get("calls_per_sample")),
+                       f(r["capture_ms"], ".2f"), f(r["median_us"], ".2f")] for r in graph])
+        out.append(Details("CUDA graph capture of our op", (Md("\n".join(body)),)))
     probs = _problems(rows)
     if probs:
-        lines += ["### Not timed, unsupported or failed", ""] + probs + [""]
-    prev = _load(stage_dir / "previous_summary.json")
-    if prev and prev.get("rows"):
-        diff = compare_rows(prev["rows"], rows)
-        table = render_diff(diff, only_changed=True)
-        head, _, foot = table.rpartition("\n\n")
-        lines += [f"### Against the previous pack `{run.get('previous_pack_id', '?')}`", "", foot or table, ""]
-        if head:
-            lines += ["<details><summary>Rows that changed or could not be compared</summary>", "", head, "",
-                      "</details>", ""]
-    return "\n".join(lines)
+        out.append(Md("\n".join(["### Not timed, unsupported or failed", "", *probs])))
+    out += _previous(stage_dir, run, rows)
+    return out

@@ -1,4 +1,7 @@
-"""What every report of a pack shows, read from the pack's files only (no renderer here)."""
+"""What every report of a pack shows, read from the pack's files only (no renderer here).
+
+Every pack value goes into Markdown through reporting.markdown (text, code): see that module.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,10 +9,14 @@ from pathlib import Path
 
 from ..jsonio import read_json
 from ..model import StageOutcome
+from ..provenance import PROVENANCE_FILE, SIGNATURE_FILE
 from ..stages.order import STAGE_ORDER
+from .markdown import code, short, table, text
 
+# A status in Markdown: the word (report.html colours every cell that holds one: see report_html.STATUS_CLASS)
 ICON = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "skipped": "SKIPPED"}
 MARKER = "<!-- evidence-pack -->"  # first line of report.md and comment.md: the sticky comment's key
+LABEL_MARK = {"evidence:complete": "✅", "evidence:partial": "⚠️", "evidence:failed": "❌"}
 
 
 @dataclass(frozen=True)
@@ -23,11 +30,11 @@ class PackView:
 
     @property
     def pack_id(self) -> str:
-        return self.pack["pack_id"]
+        return str(self.pack["pack_id"])
 
     @property
     def label(self) -> str:
-        return self.pack["label"]
+        return str(self.pack["label"])
 
 
 def load_view(pack_dir: Path) -> PackView:
@@ -40,29 +47,44 @@ def load_view(pack_dir: Path) -> PackView:
     return PackView(pack_dir, pj, env, outcomes)
 
 
-def cell(text: object, limit: int | None = None) -> str:
-    """A table cell: one line, pipes escaped, optionally cut to `limit` characters."""
-    t = " ".join(str(text).split())
-    if limit is not None and len(t) > limit:
-        t = t[: limit - 1].rstrip() + "…"
-    return t.replace("|", "\\|")
-
-
-def table(head: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+def status_word(status: object) -> str:
+    """A stage or gate status as the reports write it (an unknown one as escaped text)."""
+    return ICON.get(status, text(status)) if isinstance(status, str) else text(status)
 
 
 def gate_table(pj: dict, reason_limit: int | None = None) -> list[str]:
-    return table(["gate", "status", "reason"],
-                 [[g, ICON[v["status"]], cell(v["reason"], reason_limit)] for g, v in pj["gates"].items()])
+    rows = [[text(g), status_word(v["status"]), text(short(v["reason"], reason_limit or 100_000))]
+            for g, v in pj["gates"].items()]
+    return table(["gate", "status", "reason"], rows)
+
+
+def labels_line(pj: dict) -> str:
+    return "Labels: " + ", ".join(code(x) for x in pj["labels"])
 
 
 def headline(view: PackView) -> list[str]:
     """The verdict line and the labels: the first thing every report says."""
-    return [f"# Evidence pack `{view.pack_id}`: **{view.label}**", "",
-            f"Labels: {', '.join(f'`{x}`' for x in view.pack['labels'])}"]
+    return [f"# Evidence pack {code(view.pack_id)}: **{text(view.label)}**", "", labels_line(view.pack)]
+
+
+def _or_dash(value: object) -> str:
+    return text(value) if value else "-"
 
 
 def machine_line(env: dict) -> str:
-    return (f"GPU: {env.get('gpu_name') or 'none'}; driver {env.get('driver_version') or '-'}; "
-            f"torch {env.get('torch_version') or '-'} (CUDA {env.get('cuda_version') or '-'})")
+    return (f"GPU: {text(env.get('gpu_name') or 'none')}; driver {_or_dash(env.get('driver_version'))}; "
+            f"torch {_or_dash(env.get('torch_version'))} (CUDA {_or_dash(env.get('cuda_version'))})")
+
+
+def signature_line(pj: dict) -> str | None:
+    """The report's signature line; None for packs made before provenance (their report has none)."""
+    if "signing" not in pj:
+        return None
+    rec = pj["signing"]
+    if not rec:
+        return (f"- signature: unsigned ({code(PROVENANCE_FILE)} records the origin; no key signed it, so "
+                "`verify --require-signature` rejects this pack)")
+    who = f" {code(rec['key_comment'])}" if rec.get("key_comment") else ""
+    command = f"python -m evpack verify {pj.get('pack_id')} --allowed-signers FILE"
+    return (f"- signature: signed by{who} with {text(rec.get('key_type'))} key {code(rec.get('key_fingerprint'))} "
+            f"({code(SIGNATURE_FILE)}, checked by {code(command)})")

@@ -1,101 +1,88 @@
-"""report.md: the full report, assembled from the pack's files and each stage's own section.
+"""report.md: the full report, assembled from the pack's files and each stage's own section, as blocks.
 
-Order: verdict and labels, the gate table, the stages' headlines (the canonical-shape leaderboard),
-where and from what the pack was made, the stage table, then one section per stage that ran.
-Tables longer than LONG_TABLE_ROWS rows are collapsed in <details> (GitHub and report.html both
-render it), so the page stays readable around the PTXAS, SASS and per-shape tables.
+Order: verdict and labels, the performance decision, the gate table, the stages' headlines (the
+canonical-shape leaderboard), where and from what the pack was made, the stage table, then one section per
+stage that ran, its plots in it. Tables longer than LONG_TABLE_ROWS rows are collapsed (blocks.Details:
+a <details> block in report.md, the template's element in report.html).
 """
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from pathlib import Path
 
-from ..provenance import report_line
 from ..stages.base import SKIPPED
 from ..stages.order import stage_module
-from .common import ICON, MARKER, PackView, cell, gate_table, headline, load_view, machine_line, table
+from .blocks import LONG_TABLE_ROWS, Block, Figure, Md, figure_paths, section_blocks, to_markdown
+from .common import MARKER, PackView, gate_table, headline, load_view, machine_line, signature_line, status_word
+from .decision import decide
+from .markdown import code, table, text
 
-LONG_TABLE_ROWS = 16
+__all__ = ["LONG_TABLE_ROWS", "render_md", "report_blocks"]
 
 
-def _section(mod, hook: str, view: PackView, stage: str) -> str:
+def _section(mod, hook: str, view: PackView, stage: str) -> str | Sequence[Block]:
     try:
-        return getattr(mod, hook)(view.dir / stage, view.outcomes[stage]).strip()
+        return getattr(mod, hook)(view.dir / stage, view.outcomes[stage])
     except Exception as exc:  # a broken section must not cost the whole report
-        return f"(this section could not be rendered: {type(exc).__name__}: {exc})"
+        return f"(this section could not be rendered: {text(type(exc).__name__)}: {text(exc)})"
 
 
-def collapse_long_tables(md: str, title: str = "table", min_rows: int = LONG_TABLE_ROWS) -> str:
-    """Wrap every table of more than min_rows body rows in <details>, unless it already is in one.
-
-    The summary names the table by the nearest heading above it (else `title`) and its row count. Fenced code is
-    left alone (a SASS line may start with '|'). A blank line separates the HTML from the table, as
-    CommonMark needs to parse the table inside.
-    """
-    out: list[str] = []
-    lines = md.split("\n")
-    heading, depth, fenced, i = title, 0, False, 0
-    while i < len(lines):
-        ln = lines[i]
-        if ln.startswith("```"):
-            fenced = not fenced
-        if fenced or not ln.startswith("|"):
-            if not fenced:
-                m = re.match(r"#{1,6} (.*)", ln)
-                heading = m.group(1).strip() if m else heading
-                depth += ln.count("<details") - ln.count("</details>")
-            out.append(ln)
-            i += 1
-            continue
-        j = i
-        while j < len(lines) and lines[j].startswith("|"):
-            j += 1
-        block, body_rows = lines[i:j], j - i - 2
-        if depth == 0 and body_rows > min_rows:
-            name = re.sub(r"[`*]", "", heading) or title
-            out += [f"<details><summary>{name} (table of {body_rows} rows)</summary>", "", *block, "", "</details>"]
-        else:
-            out += block
-        i = j
-    return "\n".join(out)
+def _figures(mod, view: PackView, stage: str, placed: set[str]) -> list[Block]:
+    """The stage's plots its section did not place itself: at the end of its section."""
+    if not hasattr(mod, "figures") or not (view.dir / stage).is_dir():
+        return []
+    paths = [p for p in mod.figures(view.dir / stage) if p.is_file()]
+    rels = [p.relative_to(view.dir).as_posix() for p in paths]
+    return [Figure(r, r) for r in rels if r not in placed]
 
 
-def render_md(pack_dir: Path, view: PackView | None = None) -> str:
-    view = view or load_view(pack_dir)
+def _pack_facts(view: PackView) -> list[str]:
     pj, env, git = view.pack, view.env, view.pack["git"]
-    lines = [MARKER, *headline(view), "", "## Gates", "", *gate_table(pj)]
-    for s, out in view.outcomes.items():
-        mod = stage_module(s)
-        if hasattr(mod, "headline_md") and out.status != SKIPPED:
-            block = _section(mod, "headline_md", view, s)
-            if block:
-                lines += ["", block]
-    lines += ["", "## Pack", "",
-              f"- commit `{git['commit']}`{' (dirty)' if git['dirty'] else ''}; created {pj['created_utc']}",
-              f"- {machine_line(env)}",
-              "- toolchain: " + ", ".join(f"{k} {v or '-'}" for k, v in pj["toolchain"].items()),
-              f"- binary sha256: `{pj.get('so_sha256') or '-'}`"]
-    signature = report_line(pj)  # None for packs made before signed provenance: nothing claimed
+    lines = ["## Pack", "",
+             f"- commit {code(git['commit'])}{' (dirty)' if git['dirty'] else ''}; created {text(pj['created_utc'])}",
+             f"- {machine_line(env)}",
+             "- toolchain: " + ", ".join(f"{text(k)} {text(v) if v else '-'}" for k, v in pj["toolchain"].items()),
+             f"- binary sha256: {code(pj.get('so_sha256') or '-')}"]
+    signature = signature_line(pj)  # None for packs made before signed provenance: nothing claimed
     if signature:
         lines.append(signature)
     for w in pj.get("warnings", []):
-        lines.append(f"- WARNING: {w}")
+        lines.append(f"- WARNING: {text(w)}")
     zd = pj.get("zero_delta")
     if zd:
         lines.append(f"- zero-delta: {'same content as' if zd['same'] else 'differs from'} pack "
-                     f"`{zd['previous_pack']}` of the same commit (timestamps excluded)")
-    lines += ["", "## Stages", ""]
+                     f"{code(zd['previous_pack'])} of the same commit (timestamps excluded)")
+    return lines
+
+
+def report_blocks(view: PackView) -> list[Block]:
+    pj = view.pack
+    perf = decide(view)
+    out: list[Block] = [Md("\n".join([*headline(view), "", f"Performance: {perf.line}.", "",
+                                      "## Gates", "", *gate_table(pj)]))]
+    for s, outcome in view.outcomes.items():
+        mod = stage_module(s)
+        if hasattr(mod, "headline_md") and outcome.status != SKIPPED:
+            out += section_blocks(_section(mod, "headline_md", view, s), title=s)
+    out.append(Md("\n".join(_pack_facts(view))))
     rows = []
     for s, v in pj["stages"].items():
         dur = v.get("duration_s")
-        rows.append([s, ICON[v["status"]], "-" if dur is None else f"{dur:.1f} s", cell(v["reason"])])
-    lines += table(["stage", "status", "time", "reason"], rows)
-    for s, out in view.outcomes.items():
+        rows.append([text(s), status_word(v["status"]), f"{dur:.1f}\u00a0s" if isinstance(dur, (int, float)) else "-",
+                     text(v["reason"])])
+    out.append(Md("\n".join(["## Stages", "", *table(["stage", "status", "time", "reason"], rows)])))
+    for s, outcome in view.outcomes.items():
         mod = stage_module(s)
-        if out.status == SKIPPED or not hasattr(mod, "report_md"):
+        if outcome.status == SKIPPED or not hasattr(mod, "report_md"):
             continue
-        section = _section(mod, "report_md", view, s)
+        section = section_blocks(_section(mod, "report_md", view, s), title=s)
         if section:
-            lines += ["", f"## {s}", "", collapse_long_tables(section, title=s)]
-    lines += ["", f"Every result above is re-derivable: `python -m evpack verify {pj['pack_id']}`.", ""]
-    return "\n".join(lines)
+            out += [Md(f"## {text(s)}"), *section, *_figures(mod, view, s, figure_paths(section))]
+    command = f"python -m evpack verify {pj['pack_id']}"
+    out.append(Md(f"Every result above is re-derivable: {code(command)}."))
+    return out
+
+
+def render_md(pack_dir: Path, view: PackView | None = None, blocks: Sequence[Block] | None = None) -> str:
+    """report.md: the sticky-comment marker, then the blocks (report_blocks of the pack unless given)."""
+    return f"{MARKER}\n{to_markdown(blocks if blocks is not None else report_blocks(view or load_view(pack_dir)))}\n"

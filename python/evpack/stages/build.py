@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..binary import find_built, sha256_file
 from ..model import PackFacts
+from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, progress, read_json, write_json
 
 NAME = "build"
@@ -160,6 +161,7 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
         return ""
     d = outcome.data
     env = d.get("env", {})
-    return (f"- shared object `{Path(d['so_path']).name}` sha256 `{d['so_sha256']}`\n"
-            f"- archs `{env.get('EVPACK_CUDA_ARCHS') or 'default (80;89;90;90a)'}`, extra nvcc flags "
-            f"`{env.get('EVPACK_NVCC_FLAGS') or 'none'}`; {d['kernels']} kernels, {d['ptxas_logs']} PTXAS logs")
+    return (f"- shared object {code(Path(str(d['so_path'])).name)} sha256 {code(d['so_sha256'])}\n"
+            f"- archs {code(env.get('EVPACK_CUDA_ARCHS') or 'default (80;89;90;90a)')}, extra nvcc flags "
+            f"{code(env.get('EVPACK_NVCC_FLAGS') or 'none')}; {text(d['kernels'])} kernels, "
+            f"{text(d['ptxas_logs'])} PTXAS logs")

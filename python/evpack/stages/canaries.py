@@ -6,6 +6,7 @@ from pathlib import Path
 
 from .. import registry
 from ..model import REQUIRED_CANARIES, SCHEMA_VERSION
+from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
 
 NAME = "canaries"
@@ -96,6 +97,6 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     lines = ["| canary | planted fault | expected catch | caught? | observed |", "|---|---|---|---|---|"]
     for r in outcome.data.get("matrix", []):
         caught = {True: "yes", False: "NO", None: "not run"}[r["caught"]]
-        observed = str(r["observed"]).replace("`", "'").replace("|", "\\|")  # tool text: a code span
-        lines.append(f"| {r['canary']} | {r['fault']} | {r['gate']} | {caught} | `{observed}` |")
+        observed = code(r["observed"], in_table=True)  # tool text: a code span
+        lines.append(f"| {text(r['canary'])} | {text(r['fault'])} | {text(r['gate'])} | {caught} | {observed} |")
     return "\n".join(lines)

@@ -13,6 +13,7 @@ import secrets
 from pathlib import Path
 
 from .. import registry
+from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants
 
@@ -187,7 +188,8 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
              "NaN-poisoned outputs).", "", "| variant | status | cases | max error | min margin |",
              "|---|---|---|---|---|"]
     for n, v in outcome.data.get("variants", {}).items():
-        lines.append(f"| {n} | {v['status']} | {v['cases']} | {_fmt(v['max_err'])} | {_fmt(v['min_margin'])} |")
+        lines.append(f"| {text(n)} | {text(v['status'])} | {text(v['cases'])} | {_fmt(v['max_err'])} | "
+                     f"{_fmt(v['min_margin'])} |")
     lines += ["", "Per config x dtype x head dim (worst case):", "",
               "| variant | config | dtype | D | cases | max error | bound at worst | pass |", "|---|---|---|---|---|---|---|---|"]
     for n in outcome.data.get("variants", {}):
@@ -199,7 +201,8 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
             groups.setdefault((r["config"], r["dtype"], r["D"]), []).append(r)
         for (cfg, dt, d), rows in sorted(groups.items()):
             w = min(rows, key=lambda r: r["margin"])
-            lines.append(f"| {n} | {cfg} | {dt} | {d} | {len(rows)} | {w['max_err']:.3g} | {w['bound']:.3g} | "
+            lines.append(f"| {text(n)} | {text(cfg)} | {text(dt)} | {text(d)} | {len(rows)} | {w['max_err']:.3g} | "
+                         f"{w['bound']:.3g} | "
                          f"{'yes' if all(r['passed'] for r in rows) else 'NO'} |")
     return "\n".join(lines)
 

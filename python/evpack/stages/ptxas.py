@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .. import registry
 from ..parsers import occupancy, ptxas, symbols
+from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, worst, write_json
 from .kernel_rows import (
     load_built_kernels,
@@ -216,8 +217,8 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
 
 def _kernel_label(r: dict) -> str:
     if not r["variant"]:
-        return f"`{r['symbol']}` (unknown)"
-    return f"{r['variant']} {r['config']} {r['dtype']} d{r['head_dim']}"
+        return f"{code(r['symbol'], in_table=True)} (unknown)"
+    return text(f"{r['variant']} {r['config']} {r['dtype']} d{r['head_dim']}")
 
 
 def _table(rows: list[dict]) -> list[str]:
@@ -225,29 +226,31 @@ def _table(rows: list[dict]) -> list[str]:
            " blocks/SM (warps, limiter) | status |",
            "|---|---|---:|---|---:|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["arch"], _kernel_label(r))):
-        smem = (f"{r['static_smem_bytes']}+{r['dynamic_smem_bytes']} / {r['smem_limit_bytes']}"
-                if r["smem_limit_bytes"] is not None else f"{r['static_smem_bytes']}+? / ?")
-        budget = (f"{r['budget_spill_bytes']}/{r['budget_stack_bytes']}" if r["budget_spill_bytes"] is not None else "-")
-        occ = (f"{r['occ_blocks_per_sm']} ({r['occ_warps_per_sm']} warps, {r['occ_limiter']})"
+        smem = text(f"{r['static_smem_bytes']}+{r['dynamic_smem_bytes']} / {r['smem_limit_bytes']}"
+                    if r["smem_limit_bytes"] is not None else f"{r['static_smem_bytes']}+? / ?")
+        budget = (text(f"{r['budget_spill_bytes']}/{r['budget_stack_bytes']}") if r["budget_spill_bytes"] is not None
+                  else "-")
+        occ = (text(f"{r['occ_blocks_per_sm']} ({r['occ_warps_per_sm']} warps, {r['occ_limiter']})")
                if r["occ_blocks_per_sm"] is not None else "-")
-        status = r["status"] if not r["reason"] else f"{r['status']}: {r['reason']}".replace("|", "\\|")
-        out.append(f"| {r['arch']} | {_kernel_label(r)} | {r['registers']} | {smem} | {r['stack_bytes']} | "
-                   f"{r['spill_store_bytes']}/{r['spill_load_bytes']} | {budget} | {occ} | {status} |")
+        spill = text(f"{r['spill_store_bytes']}/{r['spill_load_bytes']}")
+        status = text(r["status"] if not r["reason"] else f"{r['status']}: {r['reason']}")
+        out.append(f"| {text(r['arch'])} | {_kernel_label(r)} | {text(r['registers'])} | {smem} | "
+                   f"{text(r['stack_bytes'])} | {spill} | {budget} | {occ} | {status} |")
     return out
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     d = outcome.data
-    lines = [f"### PTXAS resources — {outcome.status}", "", outcome.reason, ""]
+    lines = [f"### PTXAS resources — {text(outcome.status)}", "", text(outcome.reason), ""]
     if d.get("logs"):
         lines.append(f"From the build's own `-Xptxas -v` output: {len(d['logs'])} log(s) in `build/ptxas/`, "
-                     f"archs {', '.join(d.get('archs', []))}. Budgets are the registry's `Variant.budget` "
+                     f"archs {text(', '.join(map(str, d.get('archs', []))))}. Budgets are the registry's `Variant.budget` "
                      "(default 0 B spill, 0 B stack). Occupancy: blocks per SM from registers (256-register "
                      "warp allocation, 4 sub-partitions), shared memory (incl. 1 KB reserved per block, largest "
                      "carveout), threads and the per-SM block limit.")
         lines.append("")
     for p in d.get("problems", [])[:20]:
-        lines.append(f"- **problem:** {p}")
+        lines.append(f"- **problem:** {text(p)}")
     if d.get("problems"):
         lines.append("")
     if d.get("kernels"):
@@ -255,12 +258,13 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     advisories = [(log["object"], a) for log in d.get("logs", []) for a in log.get("advisories", [])]
     if advisories:
         lines += ["ptxas performance advisories (those that void the design fail the kernels they concern):", ""]
-        lines += [f"- `{obj}` {a['arch']}: {'**voids the design**' if a['voids_design'] else 'note'}: `{a['line']}`"
+        lines += [f"- {code(obj)} {text(a['arch'])}: {'**voids the design**' if a['voids_design'] else 'note'}: "
+                  f"{code(a['line'])}"
                   for obj, a in advisories] + [""]
     if d.get("off_target"):
         lines += [f"{len(d['off_target'])} row(s) of variants on archs outside their registry `archs` (stubs "
                   "compiled with the rest of the extension) decide nothing: "
-                  + ", ".join(sorted({_short(r) for r in d["off_target"]})), ""]
+                  + text(", ".join(sorted({_short(r) for r in d["off_target"]}))), ""]
     if d.get("canaries"):
         lines.append("Canary kernels (their gates are read by the canary matrix, not this stage's status):")
         lines.append("")

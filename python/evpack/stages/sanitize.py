@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .. import registry
 from ..parsers.sanitizer import TOOLS, canary_caught, cell_status, parse_sanitizer
+from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from ..tools import find_tool
 from .base import ERROR, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .procs import Job, oracle_cmd, run_jobs, selected_variants
@@ -105,7 +106,8 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     tools = [t for t in TOOLS if any(c["tool"] == t for c in cells)]
     keys = sorted({(c["variant"], c["config"]) for c in cells})
     run = read_json(stage_dir / "run.json") if (stage_dir / "run.json").is_file() else {}
-    limits = [f"`{cell}` ran with `{' '.join(opts)}`" for cell, opts in (run.get("tool_limits") or {}).items()]
+    limits = [f"{code(cell)} ran with {code(' '.join(map(str, opts)))}"
+              for cell, opts in (run.get("tool_limits") or {}).items()]
     note = ("Documented tool limits (registry `tma_output`: initcheck does not see TMA stores as writes; "
             "device-side reads are still checked): " + "; ".join(limits) + ".\n\n") if limits else ""
     lines = [note + "Each cell: status, errors/hazards from the parsed summary, and wall time of its process.", "",
@@ -118,9 +120,9 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
                 row.append("-")
                 continue
             n = c["hazards"] if t == "racecheck" else c["errors"]
-            row.append(f"{c['status'].upper()} {'-' if n is None else n} ({c['duration_s']:.0f} s)")
-        lines.append(f"| {v} | {cfg} | " + " | ".join(row) + " |")
+            row.append(text(f"{str(c['status']).upper()} {'-' if n is None else n} ({c['duration_s']:.0f} s)"))
+        lines.append(f"| {text(v)} | {text(cfg)} | " + " | ".join(row) + " |")
     run = read_json(stage_dir / "run.json") if (stage_dir / "run.json").exists() else {"parallel": PARALLEL}
-    lines.append(f"\nTotal process time {outcome.data.get('cell_seconds_total')} s "
-                 f"(run {run['parallel']} at a time).")
+    lines.append(f"\nTotal process time {text(outcome.data.get('cell_seconds_total'))} s "
+                 f"(run {text(run.get('parallel'))} at a time).")
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .. import binary, registry, tools
 from ..parsers import sass, symbols
+from ..reporting.markdown import code, fence, short, text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
 from .kernel_rows import (
     load_built_kernels,
@@ -316,18 +317,19 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
 # ---- report ----------------------------------------------------------------------------
 
 def _label(r: dict) -> str:
-    return f"{r['variant']} {r['config']} {r['dtype']} d{r['head_dim']}" if r["variant"] else f"`{r['symbol']}`"
+    return (text(f"{r['variant']} {r['config']} {r['dtype']} d{r['head_dim']}") if r["variant"]
+            else code(r["symbol"], in_table=True))
 
 
 def _opcode_table(rows: list[dict], arch: str) -> list[str]:
     lines = ["| kernel | kind | instr | HMMA | HGMMA | HFMA2.MMA | FFMA | MUFU | LDSM | LDGSTS | LDL/STL | status |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in sorted((r for r in rows if r["arch"] == arch), key=lambda r: (bool(r["canary"]), _label(r))):
-        status = r["status"] if not r["reason"] else f"{r['status']}: {r['reason']}".replace("|", "\\|")
-        kind = (r["kind"] or "?") + (" (canary)" if r["canary"] else "")
-        lines.append(f"| {_label(r)} | {kind} | {r['instructions']} | {r['hmma']} | {r['hgmma']} | "
-                     f"{r['hfma2_mma']} | {r['ffma']} | {r['mufu']} | {r['ldsm']} | {r['ldgsts']} | "
-                     f"{r['ldl']}/{r['stl']} | {status} |")
+        status = text(r["status"] if not r["reason"] else f"{r['status']}: {r['reason']}")
+        kind = text((r["kind"] or "?") + (" (canary)" if r["canary"] else ""))
+        counts = [text(r[k]) for k in ("instructions", "hmma", "hgmma", "hfma2_mma", "ffma", "mufu", "ldsm", "ldgsts")]
+        local = text(f"{r['ldl']}/{r['stl']}")
+        lines.append(f"| {_label(r)} | {kind} | {' | '.join(counts)} | {local} | {status} |")
     return lines
 
 
@@ -336,41 +338,42 @@ def _first_lines(rows: list[dict], arch: str) -> list[str]:
     tensor_rows = sorted((r for r in rows if r["arch"] == arch and r["kind"] == "tensor"), key=_label)
     if not tensor_rows:
         return []
-    lines = [f"<details><summary>First tensor-core instructions of {len(tensor_rows)} kernels ({arch})</summary>", ""]
+    # the summary is plain text (the report escapes it); the rest is Markdown
+    lines = [f"<details><summary>First tensor-core instructions of {len(tensor_rows)} kernels "
+             f"({short(arch, 40)})</summary>", ""]
     for r in tensor_rows:
-        lines.append(f"First tensor-core instructions of {_label(r)} ({arch}):")
-        lines.append("```")
-        lines += [f"/*{q['address']}*/ {q['text']}" for q in r["first_tensor_lines"]] or ["(none)"]
-        lines.append("```")
+        lines.append(f"First tensor-core instructions of {_label(r)} ({text(arch)}):")
+        lines += fence([f"/*{q['address']}*/ {q['text']}" for q in r["first_tensor_lines"]] or ["(none)"])
     return lines + ["", "</details>"]
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     d = outcome.data
-    lines = [f"### SASS tensor-core proof — {outcome.status}", "", outcome.reason, ""]
+    lines = [f"### SASS tensor-core proof — {text(outcome.status)}", "", text(outcome.reason), ""]
     for b in d.get("binaries", []):
-        lines.append(f"- `{b['module']}`: `{b['path']}` sha256 `{b['sha256']}` "
-                     f"(build recorded `{b['build_sha256']}`), dump `sass/{b['dump']}` ({b['dump_bytes']} B)")
+        lines.append(f"- {code(b['module'])}: {code(b['path'])} sha256 {code(b['sha256'])} "
+                     f"(build recorded {code(b['build_sha256'])}), dump {code('sass/' + str(b['dump']))} "
+                     f"({text(b['dump_bytes'])} B)")
     for p in d.get("problems", [])[:20]:
-        lines.append(f"- **problem:** {p}")
+        lines.append(f"- **problem:** {text(p)}")
     lines.append("")
     arch = d.get("report_arch")
     rows = d.get("kernels", []) + [r for c in d.get("canaries", []) for r in c["kernels"]]
     if arch:
-        lines += [f"Opcode counts on {arch} (exact mnemonics; HFMA2.MMA is CUDA-core code, not tensor math). "
+        lines += [f"Opcode counts on {text(arch)} (exact mnemonics; HFMA2.MMA is CUDA-core code, not tensor math). "
                   "Other archs: `sass/table.csv`.", ""]
         lines += _opcode_table(rows, arch) + [""] + _first_lines(rows, arch)
         # arch-specific targets (sm_90a) hold the Hopper-only variants: their counts are shown too
         extra = sorted(a for a in {r["arch"] for r in rows} if a != arch and a in sass.ARCH_SPECIFIC_PROOF)
         for a in extra:
-            lines += ["", f"Opcode counts on {a} (variants built for arch-specific targets need "
+            lines += ["", f"Opcode counts on {text(a)} (variants built for arch-specific targets need "
                           f"{'/'.join(sass.ARCH_SPECIFIC_PROOF[a])} here):", ""]
             lines += _opcode_table(rows, a) + [""] + _first_lines(rows, a)
         others = sorted({r["arch"] for r in rows} - {arch} - set(extra))
         for a in others:
             rs = [r for r in rows if r["arch"] == a and not r["canary"]]
-            lines.append(f"- {a}: {sum(r['status'] == PASS for r in rs)}/{len(rs)} kernel rows pass")
+            lines.append(f"- {text(a)}: {sum(r['status'] == PASS for r in rs)}/{len(rs)} kernel rows pass")
     if d.get("off_target"):
         lines.append(f"- {len(d['off_target'])} row(s) of variants on archs outside their registry `archs` (stubs) "
-                     "decide nothing: " + ", ".join(sorted({_short(r) for r in d["off_target"]})))
+                     "decide nothing: " + text(", ".join(sorted({_short(r) for r in d["off_target"]}))))
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants
 
@@ -107,7 +108,7 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     lines = ["| run | status | detail |", "|---|---|---|"]
     for key in ("variants", "diagnostic"):
         for n, v in outcome.data.get(key, {}).items():
-            lines.append(f"| {n} | {v['status']} | {v['reason']} |")
+            lines.append(f"| {text(n)} | {text(v['status'])} | {text(v['reason'])} |")
     return "\n".join(lines)
 
 

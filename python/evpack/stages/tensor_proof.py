@@ -14,6 +14,7 @@ from pathlib import Path
 from .. import registry
 from ..parsers.ncu import COVERAGE_MIN, METRICS, parse_ncu_csv, split_at_markers
 from ..parsers.symbols import parse_symbol
+from ..reporting.markdown import text  # report_md: every pack value escaped
 from ..tools import find_tool
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants
@@ -171,7 +172,8 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
              "| variant | config | dtype | D | causal | required FLOPs | executed tensor FLOPs | coverage | "
              "tile padding | pass |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in calls:
-        lines.append(f"| {r['variant']} | {r['config']} | {r['dtype']} | {r['D']} | {r['causal']} | "
+        lines.append(f"| {text(r['variant'])} | {text(r['config'])} | {text(r['dtype'])} | {text(r['D'])} | "
+                     f"{text(r['causal'])} | "
                      f"{r['required_flops']:.4g} | {r['executed_tensor_flops']:.4g} | {r['coverage']:.1%} | "
                      f"{r['padding_overhead']:+.1%} | {'yes' if r['passed'] else 'NO'} |")
     return "\n".join(lines)
