@@ -36,9 +36,6 @@ from .provenance_check import ProvenanceCheck, check_provenance
 from .stages.order import stage_module
 
 MAX_LISTED = 20  # per kind of file problem; the rest are counted
-# Stages whose pass rests on the binary their processes loaded: a passing one keeps its binary.json record
-# (the one_binary gate reads it; without this rule a deleted record would only narrow what that gate checks).
-BINARY_STAGES = ("sass", "tensor_proof", "sanitize", "correctness", "stability", "bench")
 
 
 def list_files(pack_dir: Path) -> tuple[set[str], list[str]]:
@@ -127,10 +124,13 @@ def check_required_files(pack_dir: Path, schema: int, outcomes: dict[str, StageO
                 problems.append(f"stage {name}: missing {name}/{f}")
         if out.status not in (PASS, FAIL):
             continue
-        if out.status == PASS and name in BINARY_STAGES and not (sdir / "binary.json").is_file():
-            problems.append(f"stage {name}: missing {name}/binary.json (a stage that passed records the binary "
-                            "it loaded)")
         mod = stage_module(name, stages)
+        # a passing stage that loads the kernels keeps the record of the binary it loaded (the one_binary gate
+        # reads it; without this rule a deleted record would only narrow what that gate checks)
+        record = getattr(mod, "BINARY_RECORD", None)
+        if out.status == PASS and record and not (sdir / record).is_file():
+            problems.append(f"stage {name}: missing {name}/{record} (a stage that passed records the binary "
+                            "it loaded)")
         required = mod.required_files(sdir) if hasattr(mod, "required_files") else getattr(mod, "REQUIRED_FILES", ())
         for pattern in required:
             if not any(p.is_file() for p in sdir.glob(pattern)):

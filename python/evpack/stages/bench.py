@@ -40,6 +40,7 @@ NAME = "bench"
 NEEDS_GPU = True
 TIMEOUT_S = 900  # full suite budget 8 min + ceilings, build load and plots
 REQUIRED_FILES = ("bench.log", "run.json", "samples.csv.gz", "summary.json", "ceilings.json", "clocks.json")  # raw files a stage that decided pass/fail keeps (verify requires them)
+BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
 REQUIRED = ("summary.json", sm.SAMPLES_FILE, "ceilings.json", "run.json", "clocks.json", "binary.json")
 META_KEYS = bench_outcome.META_KEYS
 CANARY = "canary_side_stream"

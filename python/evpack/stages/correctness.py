@@ -21,6 +21,7 @@ NAME = "correctness"
 NEEDS_GPU = True
 TIMEOUT_S = 1500
 REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
+BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
 CANARY = "canary_wrong_result"
 CANARIES = (CANARY, "canary_partial_write", "canary_input_mutation")
 SHORTCUT_FILE = "shortcut_inputs.json"

@@ -16,6 +16,7 @@ NAME = "sanitize"
 NEEDS_GPU = True
 TIMEOUT_S = 900
 REQUIRED_FILES = ("procs.json", "run.json")  # raw files a stage that decided pass/fail keeps (verify requires them)
+BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
 CELL_TIMEOUT_S = 240
 EXIT_CODE = 86  # --error-exitcode: tells "the tool found errors" from a crash
 CANARY_FOR = {c.expect_caught_by: c.name for c in registry.CANARIES if c.expect_caught_by in TOOLS}

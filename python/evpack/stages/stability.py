@@ -18,6 +18,7 @@ NAME = "stability"
 NEEDS_GPU = True
 TIMEOUT_S = 1200
 REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
+BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
 CANARY = "canary_second_launch"
 CANARIES = (CANARY, "canary_memo", "canary_wrong_stream")
 DIAG_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "TORCH_USE_CUDA_DSA": "1"}

@@ -23,6 +23,7 @@ NAME = "tensor_proof"
 NEEDS_GPU = True
 TIMEOUT_S = 900
 REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
+BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
 CANARY = "canary_decoy_hmma"
 FOREIGN_CANARY = "canary_foreign_work"
 CANARIES = (CANARY, FOREIGN_CANARY)
