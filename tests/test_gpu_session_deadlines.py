@@ -283,6 +283,10 @@ def test_provider_hook_that_never_returns(tmp_path, silent):
             if Path(f"/proc/{pid}/cmdline").exists() and b"29.5" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert not left, left
     assert "stopped_at" not in (local.co / ".gpu-session").read_text()
+    for bad in ("0", "ten", "$(touch PWNED)"):
+        r, _ = local.gs("stop", "--force", env={"EVPACK_TIMEOUT_HOOK_S": bad})
+        assert r.returncode == 2 and "EVPACK_TIMEOUT_HOOK_S" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not list(tmp_path.rglob("PWNED"))
 
 
 # ------------------------------------------------------------------ follow: the server stops answering
