@@ -2,15 +2,22 @@
 
 Only the loopback is ever used: the server listens on 127.0.0.1 and clients are pointed
 at 127.0.0.1. Keys, config, pid file and known_hosts all live in a temporary folder.
+`start_sshd(tmp, home_file=F)` gives every session a fake home: the folder named in the file
+F is its HOME and its login folder (a ForceCommand), so a test can aim `~` and relative paths
+at a temporary folder instead of the real home (each test writes its own folder into F);
+`force_command=` replaces the command altogether (a host that never answers).
 When sshd is missing or cannot start the tests skip with the reason, except under CI
 (CI set in the environment), where the SSH tests are a deliverable and must run.
 """
 from __future__ import annotations
 
 import getpass
+import hashlib
 import os
+import shlex
 import shutil
 import socket
+import stat
 import subprocess
 import time
 from dataclasses import dataclass
@@ -83,8 +90,17 @@ def _keygen(path: Path) -> None:
                    check=True, capture_output=True, timeout=30)
 
 
-def start_sshd(tmp: Path) -> SshServer:
-    """Start sshd on 127.0.0.1:<free port>; skips (or fails under CI) when it cannot."""
+def fake_home_command(home_file: Path) -> str:
+    """A ForceCommand: the client's command, run in the folder named in home_file, as HOME."""
+    f = shlex.quote(str(home_file))
+    return f'h=$(cat {f}) && cd "$h" && HOME=$h exec bash -c "$SSH_ORIGINAL_COMMAND"'
+
+
+def start_sshd(tmp: Path, home_file: Path | None = None, force_command: str | None = None) -> SshServer:
+    """Start sshd on 127.0.0.1:<free port>; skips (or fails under CI) when it cannot.
+
+    home_file: a file naming the folder every session starts in and sees as $HOME.
+    force_command: the command every session runs instead of the client's."""
     sshd = find_sshd()
     if sshd is None:
         missing("sshd (OpenSSH server) not found")
@@ -102,6 +118,11 @@ def start_sshd(tmp: Path) -> SshServer:
     authorized.chmod(0o600)
     user = getpass.getuser()
     log = tmp / "sshd.log"
+    extra = []
+    if home_file is not None:
+        force_command = fake_home_command(home_file)
+    if force_command is not None:
+        extra.append(f"ForceCommand {force_command}")
     last_error = ""
     for _ in range(3):  # the free port can be taken between the probe and sshd's bind
         port = free_port()
@@ -123,6 +144,7 @@ def start_sshd(tmp: Path) -> SshServer:
             "AllowTcpForwarding no",
             "PrintMotd no",
             "LogLevel VERBOSE",
+            *extra,
             "",
         ]))
         with open(log, "w") as err:
@@ -147,3 +169,27 @@ def stop_sshd(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+def snapshot(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple]:
+    """Every entry under root: kind and content hash (files) or target (links)."""
+    out: dict[str, tuple] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        for name in sorted(dirnames + filenames):
+            path = os.path.join(dirpath, name)
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            if rel in skip:
+                if name in dirnames:
+                    dirnames.remove(name)
+                continue
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", os.readlink(path))
+            elif stat.S_ISREG(st.st_mode):
+                out[rel] = ("file", hashlib.sha256(Path(path).read_bytes()).hexdigest())
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir",)
+            else:
+                out[rel] = ("other", stat.S_IFMT(st.st_mode))
+    return out

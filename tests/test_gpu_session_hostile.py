@@ -12,11 +12,9 @@ and compared after, and no PWNED file appears anywhere.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import time
@@ -25,7 +23,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ssh_helpers import LOOPBACK, start_sshd, stop_sshd  # noqa: E402
+from ssh_helpers import LOOPBACK, snapshot, start_sshd, stop_sshd  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 REF_ID = "20261121T142707Z-b40b5c2fd4c6"  # the smaller committed reference pack
@@ -35,8 +33,9 @@ EXIT_REFUSED_HOST = 7  # the host's answer is not safe to use
 EXIT_PACK_EXISTS = 8  # a local pack of that id exists: fetch never replaces one
 
 STANDIN = r'''#!{python}
-"""Stand-in for ssh: logs its argv, then runs the command here in the fake host's home,
-or, when $STANDIN_CANNED/<verb>.out exists for a remote.sh verb, answers with it."""
+"""Stand-in for ssh: logs its argv, then runs the command here in the fake host's home (its
+login folder and $HOME), or, when $STANDIN_CANNED/<verb>.out exists for a remote.sh verb,
+answers with it."""
 import json, os, shlex, subprocess, sys
 VALUE_OPTS = set("BbcDEeFIiJLlmOoPpQRSWw")
 args = sys.argv[1:]
@@ -64,7 +63,8 @@ if verb and os.path.exists(canned):
     sys.stdout.flush()
     rc = canned[:-4] + ".rc"
     sys.exit(int(open(rc).read()) if os.path.exists(rc) else 0)
-sys.exit(subprocess.run(["bash", "-c", command], cwd=os.environ["STANDIN_HOME"]).returncode)
+home = os.environ["STANDIN_HOME"]
+sys.exit(subprocess.run(["bash", "-c", command], cwd=home, env=dict(os.environ, HOME=home)).returncode)
 '''
 
 HOOK = """provider_stop() {{ echo stop >> {marker}; }}
@@ -73,30 +73,6 @@ provider_start() {{ echo start >> {marker}; }}
 
 
 # ------------------------------------------------------------------ helpers
-def snapshot(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple]:
-    """Every entry under root: kind and content hash (files) or target (links)."""
-    out: dict[str, tuple] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel_dir = os.path.relpath(dirpath, root)
-        for name in sorted(dirnames + filenames):
-            path = os.path.join(dirpath, name)
-            rel = os.path.normpath(os.path.join(rel_dir, name))
-            if rel in skip:
-                if name in dirnames:
-                    dirnames.remove(name)
-                continue
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):
-                out[rel] = ("link", os.readlink(path))
-            elif stat.S_ISREG(st.st_mode):
-                out[rel] = ("file", hashlib.sha256(Path(path).read_bytes()).hexdigest())
-            elif stat.S_ISDIR(st.st_mode):
-                out[rel] = ("dir",)
-            else:
-                out[rel] = ("other", stat.S_IFMT(st.st_mode))
-    return out
-
-
 def pwned(root: Path) -> list[Path]:
     return [p for p in root.rglob("*PWNED*")]
 
@@ -122,8 +98,7 @@ class World:
         self.packs = self.co / "artifacts" / "packs"
         self.packs.mkdir(parents=True)
         self.host_packs = self.remote / "artifacts" / "packs"
-        self.host_packs.mkdir(parents=True)
-        (self.remote / ".evpack-run").mkdir()
+        self.home.mkdir()
         self.canned.mkdir()
         bin_dir = tmp / "bin"
         bin_dir.mkdir()
@@ -137,6 +112,12 @@ class World:
                         STANDIN_HOME=str(self.home), STANDIN_CANNED=str(self.canned), EVPACK_HEARTBEAT_S="1")
         r = self.gs("init", "--host", HOST, "--remote-dir", str(self.remote), "--provider-hook", str(hook))
         assert r.returncode == 0, r.stderr
+        self.fill_remote()
+
+    def fill_remote(self) -> None:
+        """What a synced checkout has on the host, besides the marker init wrote."""
+        self.host_packs.mkdir(parents=True)
+        (self.remote / ".evpack-run").mkdir()
 
     def gs(self, *argv: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(["scripts/gpu-session", *argv], cwd=self.co, env=env or self.env,
@@ -459,6 +440,99 @@ def test_hand_edited_session_file_is_checked(world):
     assert r.returncode == 2 and "twice" in r.stderr, r.stderr
 
 
+# ------------------------------------------------------------------ init: the host's resolve answer
+def remote_verbs(world: World) -> list[str]:
+    """The remote.sh verbs the stand-in was asked for, in order."""
+    verbs = []
+    for line in world.log.read_text().splitlines():
+        cmd = json.loads(line)[-1]
+        if cmd.startswith("bash -s -- "):
+            verbs.append(cmd.split()[3])
+    return verbs
+
+
+def resolve_answer(world: World, **over: str | None) -> str:
+    fields = dict(path=str(world.home / "new"), home=str(world.home), login=str(world.home), exists="0")
+    fields.update(over)
+    return "".join(f"{k}={v}\n" for k, v in fields.items() if v is not None)
+
+
+def hostile_resolves(world: World) -> dict[str, tuple[str, int]]:
+    """A lying or broken host's answer to `resolve`, and the exit code init must give."""
+    h = str(world.home)
+    x = EXPANSION.format(pwn=world.pwn)
+    return {
+        "root": (resolve_answer(world, path="/"), 2),
+        "home": (resolve_answer(world, path=h), 2),
+        "home_parent": (resolve_answer(world, path=str(world.home.parent)), 2),
+        "login_parent": (resolve_answer(world, login=f"{h}/new/deeper"), 2),
+        "etc": (resolve_answer(world, path="/etc/evidence-pack"), 2),
+        "exists": (resolve_answer(world, exists="1"), 2),
+        "relative": (resolve_answer(world, path="evidence-pack"), EXIT_REFUSED_HOST),
+        "dotdot": (resolve_answer(world, path=f"{h}/new/../.."), EXIT_REFUSED_HOST),
+        "trailing_slash": (resolve_answer(world, path=f"{h}/new/"), EXIT_REFUSED_HOST),
+        "empty_path": (resolve_answer(world, path=""), EXIT_REFUSED_HOST),
+        "home_not_canonical": (resolve_answer(world, home=f"{h}/."), EXIT_REFUSED_HOST),
+        "no_home": (resolve_answer(world, home=None), EXIT_REFUSED_HOST),
+        "exists_other": (resolve_answer(world, exists="yes"), EXIT_REFUSED_HOST),
+        "duplicate": (resolve_answer(world) + "path=/\n", EXIT_REFUSED_HOST),
+        "unknown_key": (resolve_answer(world) + "evil=1\n", EXIT_REFUSED_HOST),
+        "expansion_key": (resolve_answer(world) + f"{x}=1\n", EXIT_REFUSED_HOST),
+        "newline_in_path": (resolve_answer(world, path=f"{h}/new\nexists=0"), EXIT_REFUSED_HOST),
+    }
+
+
+RESOLVE_CASES = ["root", "home", "home_parent", "login_parent", "etc", "exists", "relative", "dotdot",
+                 "trailing_slash", "empty_path", "home_not_canonical", "no_home", "exists_other", "duplicate",
+                 "unknown_key", "expansion_key", "newline_in_path"]
+
+
+@pytest.mark.parametrize("case", RESOLVE_CASES)
+def test_init_checks_the_hosts_resolve_answer(world, case):
+    """The host says where the folder lands; a dangerous or malformed answer stops init
+    before `create` is ever asked for, and no session file is written."""
+    cases = hostile_resolves(world)
+    assert sorted(cases) == sorted(RESOLVE_CASES)
+    answer, code = cases[case]
+    world.can("resolve", answer)
+    world.log.unlink()
+    sf = world.co / "other-session"
+    before = snapshot(world.home)
+    r = world.gs("--session-file", str(sf), "init", "--host", HOST, "--remote-dir", "new")
+    assert r.returncode == code, (case, r.returncode, r.stderr)
+    assert r.stderr.count("\n") == 1 and ("refused" in r.stderr), r.stderr
+    assert remote_verbs(world) == ["resolve"], remote_verbs(world)
+    assert not sf.exists() and not pwned(world.tmp)
+    assert snapshot(world.home) == before
+
+
+def test_init_checks_the_hosts_create_answer(world):
+    world.can("create", "created=1\nevil=$(touch PWNED)\n")
+    sf = world.co / "other-session"
+    r = world.gs("--session-file", str(sf), "init", "--host", HOST, "--remote-dir", "new")
+    assert r.returncode == EXIT_REFUSED_HOST and "create" in r.stderr, (r.returncode, r.stderr)
+    assert not sf.exists() and not pwned(world.tmp)
+    world.can("create", "", rc=9)  # the host refuses (a race: the folder appeared meanwhile)
+    r = world.gs("--session-file", str(sf), "init", "--host", HOST, "--remote-dir", "new2")
+    assert r.returncode == 2 and "refused to create" in r.stderr, (r.returncode, r.stderr)
+    assert not sf.exists()
+
+
+def test_rsync_guard_holds_when_the_marker_check_lies(world):
+    """The host says the folder is this session's (the `own` check), but the marker there is
+    another session's: the guard in rsync's own remote command refuses, nothing is deleted."""
+    r = world.gs("sync")
+    assert r.returncode == 0, r.stderr
+    (world.remote / "only-on-the-host.txt").write_text("--delete would remove this\n")
+    (world.remote / ".evpack-session").write_text(f"evpack-session {'f' * 32}\n")
+    world.can("own", "")
+    before = snapshot(world.home)
+    r = world.gs("sync", "--delete")
+    assert r.returncode == 1 and "refused on the host" in r.stderr, (r.returncode, r.stderr)
+    assert snapshot(world.home) == before
+    assert (world.remote / "only-on-the-host.txt").is_file()
+
+
 # ------------------------------------------------------------------ usage
 def test_session_file_in_a_missing_folder(world):
     sf = world.tmp / "no-such-folder" / "session"
@@ -495,9 +569,11 @@ def test_run_written_run_id_over_real_ssh(tmp_path):
         env.update(PATH=os.environ["PATH"], EVPACK_SSH_OPTS=server.ssh_opts, EVPACK_SSH_CONNECT_TIMEOUT="5")
         sf = w.co / ".gpu-session"
         sf.unlink()
+        shutil.rmtree(w.remote)  # a new session: init creates its folder again
         r = w.gs("init", "--host", LOOPBACK, "--port", str(server.port), "--user", server.user,
                  "--identity", str(server.client_key), "--remote-dir", str(w.remote), env=env)
         assert r.returncode == 0, r.stderr
+        w.fill_remote()
         x = EXPANSION.format(pwn=w.pwn)
         env["EVPACK_REMOTE_CMD"] = ("printf '%s\\n' r1 " + repr("now=" + x + "started_epoch")
                                     + " > .evpack-run/run_id")

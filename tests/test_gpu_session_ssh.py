@@ -270,9 +270,20 @@ def test_unknown_verb_and_option(world):
     assert r.returncode == 2 and "no verb" in r.stderr
 
 
+def init_loopback(world, *extra: str) -> subprocess.CompletedProcess:
+    s = world["sshd"]
+    return gs(world, ["scripts/gpu-session", "init", "--host", LOOPBACK, "--port", str(s.port), "--user", s.user,
+                      "--identity", str(s.client_key), "--remote-dir", str(world["remote"]), *extra])
+
+
 def test_unreachable_host(world):
     closed = free_port()  # nothing listens there: the connection is refused on the loopback
-    ok(gs(world, ["scripts/gpu-session", "init", "--host", LOOPBACK, "--port", str(closed)]))
+    r = gs(world, ["scripts/gpu-session", "init", "--host", LOOPBACK, "--port", str(closed)])
+    assert r.returncode == 5 and f"cannot reach {LOOPBACK}:{closed}" in r.stderr, (r.returncode, r.stderr)
+    assert not (world["co"] / ".gpu-session").exists()  # nothing written when the host is not there
+    ok(init_loopback(world))
+    sf = world["co"] / ".gpu-session"
+    sf.write_text(re.sub(r"^port=\d+$", f"port={closed}", sf.read_text(), flags=re.M))
     for verb in ("status", "sync", "run", "idle-guard --minutes 1", "fetch"):
         r = gs(world, ["scripts/gpu-session", *verb.split()])
         assert r.returncode == 5, (verb, r.stdout, r.stderr)
@@ -282,17 +293,24 @@ def test_unreachable_host(world):
 
 def test_init_refuses_to_overwrite_and_session_file_option(world):
     sf = world["co"] / "other-session"
-    argv = ["scripts/gpu-session", "init", "--host", LOOPBACK, "--session-file", str(sf)]
-    ok(gs(world, argv))
-    assert "already exists" in ok(gs(world, argv), 2)
-    ok(gs(world, [*argv, "--force"]))
+    ok(init_loopback(world, "--session-file", str(sf)))
+    assert "already exists" in ok(init_loopback(world, "--session-file", str(sf)), 2)
+    token = re.search(r"^token=([0-9a-f]{32})$", sf.read_text(), flags=re.M).group(1)
+    # --force for the same host and folder: the folder is this session's (its marker holds the
+    # token of the session file being replaced), so it is kept, with the same token.
+    out = ok(init_loopback(world, "--session-file", str(sf), "--force"))
+    assert "is this session's folder already" in out, out
+    assert f"token={token}" in sf.read_text()
+    assert (world["remote"] / ".evpack-session").read_text() == f"evpack-session {token}\n"
+    assert not (world["co"] / ".gpu-session").exists()
+    # Without the session file that made it, the folder is one init did not create: refused.
+    r = init_loopback(world)
+    assert r.returncode == 2 and "exists already" in r.stderr, r.stderr
     assert not (world["co"] / ".gpu-session").exists()
 
 
 def test_nothing_to_follow_or_fetch_and_no_hook(world):
-    s = world["sshd"]
-    ok(gs(world, ["scripts/gpu-session", "init", "--host", LOOPBACK, "--port", str(s.port), "--user", s.user,
-                  "--identity", str(s.client_key), "--remote-dir", str(world["remote"])]))
+    ok(init_loopback(world))
     assert ok(gs(world, ["scripts/gpu-session", "status"])).startswith("idle")
     ok(gs(world, ["scripts/gpu-session", "sync"]))
     assert "no run" in ok(gs(world, ["scripts/gpu-session", "follow"]), 4)
@@ -305,9 +323,7 @@ def test_nothing_to_follow_or_fetch_and_no_hook(world):
 def test_stale_run_is_not_active(world):
     """A run whose heartbeat stopped (killed machine, OOM) does not block the guard."""
     s = world["sshd"]
-    ok(gs(world, ["scripts/gpu-session", "init", "--host", LOOPBACK, "--port", str(s.port), "--user", s.user,
-                  "--identity", str(s.client_key), "--remote-dir", str(world["remote"]),
-                  "--provider-hook", str(world["stubs"] / "hook.sh")]))
+    ok(init_loopback(world, "--provider-hook", str(world["stubs"] / "hook.sh")))
     run = world["remote"] / ".evpack-run"
     run.mkdir(parents=True)
     (run / "state").write_text("running\n")

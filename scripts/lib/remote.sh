@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # The half of scripts/gpu-session that runs ON THE GPU HOST.
 #
-# It is never installed there: gpu-session sends this file over ssh's standard input
-# (`ssh HOST bash -s -- VERB DIR ARGS... < remote.sh`), so the host always runs the
-# version that matches the local checkout. Everything it decides from is under
-# DIR/.evpack-run/ (git-ignored), written by the run itself:
+# It is never installed there: gpu-session sends it over ssh's standard input, after
+# scripts/lib/safe-dir.sh (`ssh HOST bash -s -- VERB DIR TOKEN ARGS... < safe-dir.sh+remote.sh`),
+# so the host always runs the version that matches the local checkout. Everything it decides
+# from is under DIR/.evpack-run/ (git-ignored), written by the run itself:
 #   state       running | done:<exit code>      (replaced atomically)
 #   heartbeat   touched every heartbeat_s seconds while the run's process is alive
 #   heartbeat_s the heartbeat period of this run
 #   log         stdout+stderr of the evidence command
 #   pid, run_id, cmd, runner.sh, synced (touched after each sync)
+# and DIR/.evpack-session, the marker `create` writes: "evpack-session TOKEN".
 #
-# Verbs: prepare | synced | probe | start CMD HEARTBEAT_S STARTED RATE | follow OFFSET | latest
-# Exit codes: 0 ok, 3 a run is already active, 4 nothing there (no run, no pack), 6 stale run.
+# Verbs: resolve | create | own | synced | probe | start CMD HEARTBEAT_S STARTED RATE
+#        | follow OFFSET | latest
+# TOKEN is the session's marker token ('' when the verb needs none). The verbs that write
+# (create aside) run only in a folder that holds the marker with this TOKEN.
+# Exit codes: 0 ok, 3 a run is already active, 4 nothing there (no run, no pack, no folder),
+# 6 stale run, 9 refused: not this session's folder (no marker, another token, or a folder
+# that `create` may not create).
 #
 # The files under .evpack-run/ can be written by the code under test: what this script
 # prints from them is the first line only, and only when it has the expected form. It never
@@ -20,10 +26,17 @@
 # that does not run this script can answer anything.)
 set -euo pipefail
 
+if ! declare -F evpack_dir_refusal >/dev/null; then # run as a file (tests), not over ssh
+    # shellcheck source-path=SCRIPTDIR source=safe-dir.sh
+    . "$(dirname -- "${BASH_SOURCE[0]}")/safe-dir.sh"
+fi
+
 verb=${1:?verb}
 dir=${2:?remote dir}
-shift 2
+token=${3:-}
+shift "$(($# < 3 ? $# : 3))"
 R=.evpack-run
+SKEW_S=120 # a heartbeat dated further in the future than this is not a sign of life
 
 mtime() { if [ -e "$1" ]; then stat -c %Y -- "$1"; else echo 0; fi; }
 
@@ -42,19 +55,78 @@ stale_after() {
     echo $((3 * 10#${hb:-10} + 5))
 }
 
+# hb_fresh AGE: a heartbeat AGE seconds old (negative: dated in the future) is a sign of life.
+hb_fresh() { [ "$1" -le "$(stale_after)" ] && [ "$1" -ge "-$SKEW_S" ]; }
+
 cd_dir() {
     cd -- "$dir" 2>/dev/null || {
-        echo "remote dir '$dir' does not exist: run 'scripts/gpu-session sync' first" >&2
+        echo "remote dir '$dir' does not exist: run 'scripts/gpu-session init' for a new one" >&2
         exit 4
     }
 }
 
+# own_dir: cd into DIR, which must hold this session's marker; else refuse (exit 9).
+own_dir() {
+    cd_dir
+    evpack_marker_ok "$token" || {
+        echo "refused: '$dir' holds no marker of this session ($EVPACK_MARKER): nothing written there" >&2
+        exit 9
+    }
+}
+
+# home_and_login: set home and login to the canonical host home and login folder.
+home_and_login() {
+    login=$(pwd -P)
+    home=''
+    if [ -n "${HOME:-}" ]; then home=$(cd -P -- "$HOME" 2>/dev/null && pwd) || home=''; fi
+}
+
 case $verb in
-prepare)
-    mkdir -p -- "$dir/$R"
+resolve)
+    # Where DIR lands on this host; gpu-session checks the answer before it asks for create.
+    home_and_login
+    # shellcheck disable=SC2088 # a literal ~/ from the user, expanded here by hand
+    case $dir in
+    '~/'*) want=${home:-${HOME:?the host user has no HOME}}/${dir#'~/'} ;;
+    *) want=$dir ;;
+    esac
+    path=$(realpath -m -- "$want") || { echo "realpath -m cannot resolve '$want' on this host" >&2; exit 2; }
+    echo "path=$path"
+    echo "home=$home"
+    echo "login=$login"
+    if [ -e "$path" ] || [ -L "$path" ]; then echo "exists=1"; else echo "exists=0"; fi
+    ;;
+create)
+    # DIR: the canonical absolute path gpu-session checked. Creates it (never an existing
+    # folder, unless it holds this very token's marker: init --force of the same session).
+    [[ $token =~ ^[0-9a-f]{32}$ ]] || { echo "create: the token is not 32 hex digits" >&2; exit 2; }
+    home_and_login
+    refuse() { echo "refused: '$dir' $1" >&2; exit 9; }
+    why=$(evpack_canonical_refusal "$dir")
+    [ -z "$why" ] || refuse "$why"
+    [ "$(realpath -m -- "$dir")" = "$dir" ] || refuse "resolves to $(realpath -m -- "$dir") on this host"
+    why=$(evpack_dir_refusal "$dir" "$home" "$login")
+    [ -z "$why" ] || refuse "$why"
+    parent=${dir%/*}
+    parent=${parent:-/}
+    mkdir -p -- "$parent"
+    [ "$(cd -P -- "$parent" && pwd)" = "$parent" ] || refuse "has a parent that is a link now"
+    if mkdir -- "$dir" 2>/dev/null; then
+        cd -- "$dir"
+        [ "$(pwd -P)" = "$dir" ] || refuse "is a link now"
+        (umask 077 && set -C && printf 'evpack-session %s\n' "$token" >"$EVPACK_MARKER")
+        echo "created=1"
+    elif cd -- "$dir" 2>/dev/null && [ "$(pwd -P)" = "$dir" ] && evpack_marker_ok "$token"; then
+        echo "created=0"
+    else
+        refuse "already exists and holds no marker of this session: init only uses a folder it creates"
+    fi
+    ;;
+own)
+    own_dir
     ;;
 synced)
-    cd_dir
+    own_dir
     mkdir -p "$R"
     touch "$R/synced"
     ;;
@@ -90,11 +162,11 @@ start)
     [[ $hb =~ ^[0-9]{1,6}([.][0-9]+)?$ ]] || { echo "heartbeat period '$hb' is not a number of seconds" >&2; exit 2; }
     started=${3:-}
     rate=${4:-}
-    cd_dir
+    own_dir
     mkdir -p "$R"
     if [ -f "$R/state" ] && [ "$(cat "$R/state")" = running ]; then
         age=$(($(date +%s) - $(mtime "$R/heartbeat")))
-        if [ "$age" -le "$(stale_after)" ]; then
+        if hb_fresh "$age"; then
             echo "a run is already active here (heartbeat ${age}s ago): not starting another" >&2
             exit 3
         fi
@@ -155,7 +227,11 @@ follow)
         fi
         [ "$state" = running ] || exit 0
         age=$(($(date +%s) - $(mtime "$R/heartbeat")))
-        if [ "$age" -gt "$(stale_after)" ]; then
+        if [ "$age" -lt "-$SKEW_S" ]; then
+            echo "the run's heartbeat is dated $((-age))s in the future: it is no sign of life" >&2
+            exit 6
+        fi
+        if ! hb_fresh "$age"; then
             echo "the run's heartbeat stopped ${age}s ago: it died without finishing" >&2
             exit 6
         fi
