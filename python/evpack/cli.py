@@ -11,6 +11,7 @@ Exit status (every command):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 from . import merge_cli
+from .jsonio import JsonFileError
 from .options import REQUIREMENTS, STAGE_COMMANDS, SUITES, meets, parse_stages, run_options
 from .pack import INCOMPLETE_PREFIX, PackError, ensure_writable, inside_pack, under_packs_folder
 
@@ -98,9 +100,22 @@ def _run_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)  # stand-in stages (tests)
 
 
+class Parser(argparse.ArgumentParser):
+    """Every parser of the CLI, sub-commands included (add_subparsers makes them of this class): no
+    abbreviated options, so `--suit full` is an error and never taken for `--suite full`."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        """A usage error is one line (argparse would print the usage first), exit 2."""
+        self.exit(2, f"error: {self.prog}: {_one_line(message)} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m evpack", description="evidence-pack: verifiable kernel evidence",
-                                 epilog=EXIT_DOC)
+    ap = Parser(prog="python -m evpack", description="evidence-pack: verifiable kernel evidence", epilog=EXIT_DOC,
+                allow_abbrev=False)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     ev = sub.add_parser("evidence", help="run every stage (or --stages), then report and verify", epilog=EXIT_DOC,
                         description="Run the stages into a new pack, write its reports, verify it.")
@@ -419,18 +434,62 @@ def _configure_logging() -> None:
     lib.setLevel(logging.INFO)
 
 
+def _one_line(text: str) -> str:
+    """A message as one printable line: control characters (a newline in a file name) escaped,
+    undecodable bytes of a path shown as escapes."""
+    try:  # bytes of a path that were not UTF-8 (surrogate escapes) shown as \xNN
+        text = str(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        text = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
+
+
+def _os_error(exc: OSError) -> str:
+    """`PATH: what` for an OSError (a missing folder, a name too long, no permission, ...)."""
+    what = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:
+        return what
+    names = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
+    return f"{names}: {what}"
+
+
+def _error(text: str, code: int) -> int:
+    print(f"error: {_one_line(text)}", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Every failure is one line on stderr: exit 2 for usage errors and bad input (not
+    a pack, an option, a path or an environment value that cannot be used), exit 1 for a pack whose
+    files are corrupt. An exception no check foresaw is reported as an internal error (exit 2): set
+    EVPACK_TRACEBACK=1 to see where it came from."""
     argv = list(sys.argv[1:] if argv is None else argv)
     _configure_logging()
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 is printed as escapes
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
+    args = None
     try:
         args = build_parser().parse_args(argv)
         return dispatch(args)
     except PackError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _error(str(exc), 2)
     except BrokenPipeError:  # `... | head`: the reader left; exit quietly
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except OSError:
             pass
         return 141
+    except JsonFileError as exc:  # a pack file no check read first: the pack is corrupt
+        return _error(f"{exc} (the pack is corrupt)", 1)
+    except OSError as exc:  # a path or environment value that cannot be used (GITHUB_OUTPUT, a long name, ...)
+        return _error(_os_error(exc), 2)
+    except ModuleNotFoundError as exc:
+        return _error(f"this command needs the Python module {exc.name!r}, which is not installed "
+                      "(install evpack with the extra its nox session names)", 2)
+    except KeyboardInterrupt:
+        return _error("interrupted", 130)
+    except Exception as exc:  # noqa: BLE001 (the last resort: one line, never a traceback)
+        if os.environ.get("EVPACK_TRACEBACK") or (args is not None and args.cmd.startswith("_")):
+            raise  # internal commands (a stage's own process) keep the traceback in their log
+        return _error(f"internal error ({type(exc).__name__}: {exc}); please report", 2)
