@@ -157,12 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("kernels", help="list the registered variants and configs",
                    description="List the registered kernel variants and their configs.")
     c = sub.add_parser("compare", help="compare the benchmarks of two packs",
-                       description="Row by row: is B faster, slower or the same as A (measured spreads + SDPA drift).",
-                       epilog="exit status: 0 no regression; 1 a row of ours is SLOWER; 2 bad input")
+                       description="Row by row: is B faster, slower or the same as A (measured spreads + SDPA drift). "
+                                   "Both packs are verified first; only whole packs are compared.",
+                       epilog="exit status: 0 no regression; 1 a row of ours is SLOWER, or a pack does not verify; "
+                              "2 bad input (not a pack, no bench data)")
     _pack_arg(c, nargs=None)
     c.add_argument("pack_b", help="pack folder, pack id or 'latest'")
     c.add_argument("--all", action="store_true", help="also list SAME rows")
     c.add_argument("--format", choices=("text", "json", "md"), default="text")
+    c.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
     h = sub.add_parser("history", help="list packs and the speedup trend",
                        description="The packs under artifacts/ with commit, GPU, label and canonical speedup.")
     h.add_argument("--artifacts", type=Path, default=REPO / "artifacts",
@@ -311,12 +314,17 @@ def cmd_env(args) -> int:
 
 def cmd_compare(args) -> int:
     from .timing.compare import CompareInputError, compare_rows, exit_code, load, regressions, render
+    from .verify import verify_all
 
-    def bench_of(arg: str) -> Path:  # a pack, its bench/ folder or a summary.json; or a pack id / 'latest'
-        return Path(arg) if Path(arg).exists() else resolve_pack(arg)
-
+    packs = [_whole_pack(arg, "compare") for arg in (args.pack, args.pack_b)]
+    for pack in packs:  # a verdict on data that does not verify is no verdict
+        problems, _ = verify_all(pack, stages=args.stage_package)
+        if problems:
+            print(f"error: {pack.name} does not verify ({len(problems)} mismatch(es), first: "
+                  f"{_one_line(problems[0])}); no comparison is made", file=sys.stderr)
+            return 1
     try:
-        a, b = load(bench_of(args.pack)), load(bench_of(args.pack_b))
+        a, b = load(packs[0]), load(packs[1])
     except CompareInputError as exc:
         raise PackError(str(exc)) from None
     diff = compare_rows(a["rows"], b["rows"])
@@ -328,6 +336,19 @@ def cmd_compare(args) -> int:
     if regs:
         print(f"REGRESSION: {len(regs)} row(s) of our variants slower beyond noise", file=sys.stderr)
     return exit_code(diff)
+
+
+def _whole_pack(arg: str, command: str) -> Path:
+    """A pack argument of a command that reads only whole packs: a bench folder or a summary.json given
+    on its own is refused (nothing outside a pack's index can be verified), as is a merged verdict."""
+    p = Path(arg)
+    if p.is_file() or (p.is_dir() and not (p / "index.json").is_file() and (p / "summary.json").is_file()):
+        raise PackError(f"{command}: {arg} is not a pack: {command} needs whole packs (a pack folder, a pack id "
+                        "or 'latest'), which it verifies first")
+    pack = resolve_pack(arg)
+    if merge_cli.is_merged_verdict(pack):
+        raise PackError(f"{command}: {pack} is a merged verdict, not a pack")
+    return pack
 
 
 def cmd_history(args) -> int:
