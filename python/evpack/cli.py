@@ -175,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--force", action="store_true", help="replace an existing --plot file")
     h.add_argument("--no-verify", action="store_true",
                    help="list what each pack.json claims without verifying the packs (faster)")
+    h.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
     dt = sub.add_parser("dispatch-table", help="regenerate the default-kernel table from a reference pack",
                         description="The table evpack.flash_attention(variant=None) picks from: per device and shape "
                                     "class, the fastest variant/config that passed, from a complete pack's benchmark.")
@@ -361,14 +362,15 @@ def cmd_history(args) -> int:
             raise PackError(f"--plot {args.plot}: inside a pack; a pack is never modified")
         if args.plot.exists() and not args.force:
             raise PackError(f"--plot {args.plot}: already exists; pass --force to replace")
-    from .pack import PackError as _NotAPack
     from .verify import verify_all
 
-    def problems_of(pack: Path) -> list[str]:
+    def problems_of(pack: Path) -> list[str]:  # one pack that cannot be read is a row, never the end of the list
         try:
-            return verify_all(pack)[0]
-        except _NotAPack as exc:
+            return verify_all(pack, stages=args.stage_package)[0]
+        except (PackError, ValueError) as exc:
             return [str(exc)]
+        except OSError as exc:
+            return [_os_error(exc)]
 
     rows = collect(args.artifacts, verify=None if args.no_verify else problems_of)
     if args.format == "json":
@@ -379,7 +381,7 @@ def cmd_history(args) -> int:
         print(f"history: no packs under {args.artifacts / 'packs'} or {args.artifacts / 'reference'}")
     for r in rows:
         if r.error:
-            print(f"history: {r.pack_id}: {r.error}", file=sys.stderr)
+            print(f"history: {_one_line(r.pack_id)}: {_one_line(r.error)}", file=sys.stderr)
     if args.plot is not None:
         n = plot(rows, args.plot)
         print(f"history: wrote {args.plot} ({n} point{'s' if n != 1 else ''})", file=sys.stderr)
