@@ -248,3 +248,16 @@ def test_raw_oracle_files_of_the_reference_packs_keep_their_infinity():
         with pytest.raises(JsonFileError, match="Infinity is not JSON"):
             read_json(raw)
         assert any(r["max_err"] == float("inf") for r in read_json(raw, allow_nan=True)["rows"])
+
+
+def test_a_merged_verdict_whose_member_index_is_a_folder(good_pack, tmp_path):
+    """Found by the fuzz: the member is named with its problem, no KeyError from the verdict id."""
+    verdict = tmp_path / "verdict"
+    assert run_main("merge", str(good_pack), "--out", str(verdict), "--stage-package", FAKE)[0] == 0
+    index = verdict / "members" / good_pack.name / "index.json"
+    index.unlink()
+    index.mkdir()
+    for command in ("verify", "label"):
+        code, out, err = run_main(command, str(verdict), "--stage-package", FAKE)
+        assert code == 1 and "index.json" in out + err and "not a regular file" in out + err, out + err
+        assert "Traceback" not in out + err and "internal error" not in err
