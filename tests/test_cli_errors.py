@@ -138,7 +138,7 @@ def test_github_output_in_a_missing_folder(good_pack, monkeypatch):
         monkeypatch.setenv(var, "/nonexistent/dir/file")
         line = one_line(*run_main("label", str(good_pack), "--format", "github", "--stage-package", FAKE),
                         needle="/nonexistent/dir/file")
-        assert "No such file or directory" in line
+        assert "No such file or directory" in line and f"${var}" in line
         monkeypatch.delenv(var)
 
 
