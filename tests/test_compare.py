@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from conftest import FAKE, REPO, copy_pack, fake_pack
 
 from evpack.timing import compare as cmp
 
@@ -58,44 +60,102 @@ def test_sdpa_slower_is_not_our_regression():
     assert diff["counts"]["SLOWER"] == 1 and cmp.exit_code(diff) == 0
 
 
-def _pack(tmp_path, name, rows):
-    d = tmp_path / name / "bench"
-    d.mkdir(parents=True)
-    (d / "summary.json").write_text(json.dumps({"schema": 1, "rows": rows}))
-    return tmp_path / name
-
-
 def _main(args: list[str]) -> int:
     from evpack.cli import main
 
     return main(["compare", *args])
 
 
-def test_main_exit_codes(tmp_path, capsys):
-    a = _pack(tmp_path, "a", [row(), row("sdpa", "default", "", 50.0)])
-    same = _pack(tmp_path, "same", [row(median=50.1), row("sdpa", "default", "", 50.0)])
-    slow = _pack(tmp_path, "slow", [row(median=60.0), row("sdpa", "default", "", 50.0)])
-    assert _main([str(a), str(same)]) == 0
-    assert _main([str(a), str(slow)]) == 1
+@pytest.fixture
+def bench_pack(tmp_path, fake_env):
+    """make(rows) -> a whole pack (real pipeline, stand-in stages) whose bench/summary.json holds `rows`."""
+    def make(rows: list[dict] | None) -> Path:
+        fake_env({} if rows is None else {"bench_rows": rows})
+        return fake_pack(tmp_path / "packs")
+
+    return make
+
+
+def _one_error_line(capsys, needle: str) -> str:
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], err
+    assert "Traceback" not in out + err
+    return out
+
+
+def test_main_exit_codes(bench_pack, capsys):
+    a = bench_pack([row(), row("sdpa", "default", "", 50.0)])
+    same = bench_pack([row(median=50.1), row("sdpa", "default", "", 50.0)])
+    slow = bench_pack([row(median=60.0), row("sdpa", "default", "", 50.0)])
+    capsys.readouterr()
+    assert _main([str(a), str(same), "--stage-package", FAKE]) == 0
+    assert "2 same" in capsys.readouterr().out
+    assert _main([str(a), str(slow), "--stage-package", FAKE]) == 1
     out = capsys.readouterr()
     assert "SLOWER" in out.out and "REGRESSION" in out.err
-    # accepts the bench folder or the summary file too
-    assert _main([str(a / "bench"), str(same / "bench" / "summary.json")]) == 0
 
 
-def test_main_bad_input(tmp_path, capsys):
-    a = _pack(tmp_path, "a", [row()])
-    assert _main([str(a), str(tmp_path / "missing")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error:") and "\n" not in err
-    (tmp_path / "nobench").mkdir()
-    assert _main([str(a), str(tmp_path / "nobench")]) == 2
-    assert "no bench data" in capsys.readouterr().err
-    empty = _pack(tmp_path, "empty", [])
-    assert _main([str(a), str(empty)]) == 2
-    (tmp_path / "bad" / "bench").mkdir(parents=True)
-    (tmp_path / "bad" / "bench" / "summary.json").write_text("{not json")
-    assert _main([str(a), str(tmp_path / "bad")]) == 2
+def test_a_pack_that_does_not_verify_gets_no_verdict(bench_pack, tmp_path, capsys):
+    """A tampered copy made faster (or changed at all) is refused with exit 1 before any row is compared."""
+    a = bench_pack([row(median=60.0), row("sdpa", "default", "", 50.0)])
+    forged = copy_pack(a, tmp_path / "forged")
+    summary = forged / "bench" / "summary.json"
+    data = json.loads(summary.read_text())
+    data["rows"][0]["median_us"] = 40.0
+    summary.write_text(json.dumps(data))
+    capsys.readouterr()
+    for args in ([a, forged], [forged, a]):
+        assert _main([*map(str, args), "--stage-package", FAKE]) == 1
+        out = _one_error_line(capsys, f"{forged.name} does not verify")
+        assert out == "", "no verdict is printed for a pack that does not verify"
+
+
+def test_a_tampered_reference_pack_gets_no_verdict(tmp_path, capsys):
+    """The committed CPU reference pack against a copy with one byte of its report changed."""
+    ref = REPO / "artifacts" / "reference" / "20261121T142707Z-b40b5c2fd4c6"
+    copy = copy_pack(ref, tmp_path / "copy")
+    with open(copy / "report.md", "a", encoding="utf-8") as f:
+        f.write("\n")
+    assert _main([str(ref), str(copy)]) == 1
+    assert _one_error_line(capsys, "does not verify") == ""
+
+
+def test_only_whole_packs_are_compared(bench_pack, tmp_path, capsys):
+    a = bench_pack([row()])
+    for arg in (a / "bench", a / "bench" / "summary.json"):  # parts of a pack: nothing to verify them by
+        assert _main([str(a), str(arg), "--stage-package", FAKE]) == 2
+        _one_error_line(capsys, "compare needs whole packs")
+    assert _main([str(a), str(tmp_path / "missing"), "--stage-package", FAKE]) == 2
+    _one_error_line(capsys, "no such pack")
+    (tmp_path / "notapack").mkdir()
+    assert _main([str(a), str(tmp_path / "notapack"), "--stage-package", FAKE]) == 2
+    _one_error_line(capsys, "not a finished pack")
+    nobench = bench_pack(None)
+    assert _main([str(a), str(nobench), "--stage-package", FAKE]) == 2
+    _one_error_line(capsys, "no bench data")
+    empty = bench_pack([])
+    assert _main([str(a), str(empty), "--stage-package", FAKE]) == 2
+    _one_error_line(capsys, "no bench rows")
     with pytest.raises(SystemExit) as usage:  # argparse: a missing PACK_B is a usage error
         _main([str(a)])
     assert usage.value.code == 2
+
+
+@pytest.mark.parametrize("bad,needle", [
+    ("not a row", "not an object"),
+    ({"impl": "evpack", "variant": "wmma", "config": "c", "shape": SHAPE}, "mode is missing"),
+    (dict(row(), median_us="50"), "median_us is not a number"),
+    (dict(row(), variant=["wmma"]), "variant is missing or not a string"),
+])
+def test_malformed_rows_are_refused_by_load(tmp_path, bad, needle):
+    (tmp_path / "p" / "bench").mkdir(parents=True)
+    (tmp_path / "p" / "bench" / "summary.json").write_text(json.dumps({"rows": [row(), bad]}))
+    with pytest.raises(cmp.CompareInputError, match=needle):
+        cmp.load(tmp_path / "p")
+
+
+def test_a_zero_median_is_not_a_measurement():
+    diff = cmp.compare_rows([row(median=0.0), row("sdpa", "default", "", 0.0)],
+                            [row(median=50.0), row("sdpa", "default", "", 50.0)])
+    assert [e["mark"] for e in diff["rows"]] == [cmp.NA, cmp.NA] and diff["drift"] == 0.0

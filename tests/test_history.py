@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -144,3 +145,68 @@ def test_history_verifies_by_default_and_shows_nothing_a_forged_pack_claims(arti
     ref = [p for p in json.loads(real.stdout)["packs"] if p["source"] == "reference"]
     assert ref and all(p["error"] is None and p["label"] for p in ref)
     assert any(p["label"] == "evidence:complete" for p in ref)
+
+
+def test_pack_json_of_other_types_and_values_is_listed_not_fatal(tmp_path: Path):
+    """Every field of another type (or a non-finite speedup) shows as '-': read_pack never raises."""
+    packs = tmp_path / "artifacts" / "packs"
+    odd = {"pack_id": ["x"], "git": ["a"], "label": {"l": 1}, "summary": "s", "created_utc": 5}
+    d = make_pack(packs, "20250101T000000Z-0123456789ab", commit="a" * 40)
+    (d / "pack.json").write_text(json.dumps(odd))
+    e = make_pack(packs, "20250102T000000Z-0123456789ab", commit="b" * 40)
+    (e / "pack.json").write_text(json.dumps({"git": {"commit": 7, "dirty": "yes"}, "label": "l\nx",
+                                             "summary": {"canonical_speedup": "nan", "gpu_name": ["g"]}}))
+    rows = history.collect(tmp_path / "artifacts")
+    assert [(r.pack_id, r.commit, r.dirty, r.label, r.gpu, r.speedup) for r in rows] == [
+        ("20250101T000000Z-0123456789ab", None, None, None, None, None),
+        ("20250102T000000Z-0123456789ab", "7", None, "l\\nx", None, None)]
+    assert len(history.format_table(rows).splitlines()) == 3
+    json.loads(history.to_json(rows))
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b"[" * 100_000, "nested deeper"), (b'{"label": NaN}', "NaN is not JSON"),
+    (b'{"label": "a", "label": "b"}', "duplicate key"), (b'{"label": "\xff"}', "not UTF-8")])
+def test_a_pack_json_that_is_not_strict_json_is_one_row_with_its_problem(tmp_path: Path, content, needle):
+    packs = tmp_path / "artifacts" / "packs"
+    bad = make_pack(packs, "20250101T000000Z-0123456789ab", commit="a" * 40)
+    (bad / "pack.json").write_bytes(content)
+    make_pack(packs, "20250102T000000Z-bbbbbbbbbbbb", commit="b" * 40, speedup=1.2)
+    rows = history.collect(tmp_path / "artifacts")
+    assert needle in rows[0].error and rows[1].error is None and rows[1].speedup == 1.2
+
+
+def test_a_pack_json_naming_another_pack_does_not_hide_it(tmp_path: Path):
+    a = tmp_path / "artifacts"
+    make_pack(a / "reference", "20250102T000000Z-dddddddddddd", commit="d" * 40, speedup=1.05)
+    forged = make_pack(a / "packs", "20250101T000000Z-eeeeeeeeeeee", commit="e" * 40)
+    pj = json.loads((forged / "pack.json").read_text())
+    (forged / "pack.json").write_text(json.dumps(dict(pj, pack_id="20250102T000000Z-dddddddddddd")))
+    rows = history.collect(a)
+    assert [(r.pack_id, r.source, r.speedup) for r in rows] == [
+        ("20250101T000000Z-eeeeeeeeeeee", "packs", None), ("20250102T000000Z-dddddddddddd", "reference", 1.05)]
+
+
+def test_one_pack_that_does_not_verify_leaves_the_others_listed(tmp_path: Path, fake_env, capsys):
+    """history with verification: a pack with a corrupt file is one row with its first problem, exit 0."""
+    from conftest import FAKE, copy_pack, fake_pack
+
+    from evpack.cli import main
+
+    fake_env({})
+    a = tmp_path / "artifacts"
+    made = [fake_pack(a / "build") for _ in range(3)]  # one folder: three distinct pack ids
+    good, bad = copy_pack(made[0], a / "packs"), copy_pack(made[1], a / "packs")
+    (bad / "env.json").write_text("[" * 100_000)
+    missing = copy_pack(made[2], a / "reference")
+    (missing / "pack.json").unlink()  # index.json without pack.json: a broken pack, still listed
+    shutil.rmtree(a / "build")
+    capsys.readouterr()
+    assert main(["history", "--artifacts", str(a), "--format", "json", "--stage-package", FAKE]) == 0
+    out, err = capsys.readouterr()
+    rows = {r["pack_id"]: r for r in json.loads(out)["packs"]}
+    assert rows[good.name]["error"] is None and rows[good.name]["label"] == "evidence:complete"
+    assert "does not verify" in rows[bad.name]["error"] and "env.json" in rows[bad.name]["error"]
+    assert rows[bad.name]["label"] is None
+    assert "unreadable pack.json" in rows[missing.name]["error"]
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 2 and bad.name in err

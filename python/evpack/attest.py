@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from .binary import sha256_file
+from .jsonio import read_json
 from .provenance import (
     BINARY_RECORDS,
     INDEX_SUBJECT,
@@ -90,7 +91,7 @@ def collect_run_facts(repo: Path) -> RunFacts:
 
 def _json_or_none(path: Path):
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json(path)
     except (OSError, ValueError):
         return None
 

@@ -11,6 +11,7 @@ Exit status (every command):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 from . import merge_cli
+from .jsonio import JsonFileError
 from .options import REQUIREMENTS, STAGE_COMMANDS, SUITES, meets, parse_stages, run_options
 from .pack import INCOMPLETE_PREFIX, PackError, ensure_writable, inside_pack, under_packs_folder
 
@@ -105,9 +107,22 @@ def _run_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)  # stand-in stages (tests)
 
 
+class Parser(argparse.ArgumentParser):
+    """Every parser of the CLI, sub-commands included (add_subparsers makes them of this class): no
+    abbreviated options, so `--suit full` is an error and never taken for `--suite full`."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        """A usage error is one line (argparse would print the usage first), exit 2."""
+        self.exit(2, f"error: {self.prog}: {_one_line(message)} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m evpack", description="evidence-pack: verifiable kernel evidence",
-                                 epilog=EXIT_DOC)
+    ap = Parser(prog="python -m evpack", description="evidence-pack: verifiable kernel evidence", epilog=EXIT_DOC,
+                allow_abbrev=False)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     ev = sub.add_parser("evidence", help="run every stage (or --stages), then report and verify", epilog=EXIT_DOC,
                         description="Run the stages into a new pack, write its reports, verify it.")
@@ -160,12 +175,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("kernels", help="list the registered variants and configs",
                    description="List the registered kernel variants and their configs.")
     c = sub.add_parser("compare", help="compare the benchmarks of two packs",
-                       description="Row by row: is B faster, slower or the same as A (measured spreads + SDPA drift).",
-                       epilog="exit status: 0 no regression; 1 a row of ours is SLOWER; 2 bad input")
+                       description="Row by row: is B faster, slower or the same as A (measured spreads + SDPA drift). "
+                                   "Both packs are verified first; only whole packs are compared.",
+                       epilog="exit status: 0 no regression; 1 a row of ours is SLOWER, or a pack does not verify; "
+                              "2 bad input (not a pack, no bench data)")
     _pack_arg(c, nargs=None)
     c.add_argument("pack_b", help="pack folder, pack id or 'latest'")
     c.add_argument("--all", action="store_true", help="also list SAME rows")
     c.add_argument("--format", choices=("text", "json", "md"), default="text")
+    c.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
     h = sub.add_parser("history", help="list packs and the speedup trend",
                        description="The packs under artifacts/ with commit, GPU, label and canonical speedup.")
     h.add_argument("--artifacts", type=Path, default=REPO / "artifacts",
@@ -175,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--force", action="store_true", help="replace an existing --plot file")
     h.add_argument("--no-verify", action="store_true",
                    help="list what each pack.json claims without verifying the packs (faster)")
+    h.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
     dt = sub.add_parser("dispatch-table", help="regenerate the default-kernel table from a reference pack",
                         description="The table evpack.flash_attention(variant=None) picks from: per device and shape "
                                     "class, the fastest variant/config that passed, from a complete pack's benchmark.")
@@ -345,12 +364,17 @@ def cmd_env(args) -> int:
 
 def cmd_compare(args) -> int:
     from .timing.compare import CompareInputError, compare_rows, exit_code, load, regressions, render
+    from .verify import verify_all
 
-    def bench_of(arg: str) -> Path:  # a pack, its bench/ folder or a summary.json; or a pack id / 'latest'
-        return Path(arg) if Path(arg).exists() else resolve_pack(arg)
-
+    packs = [_whole_pack(arg, "compare") for arg in (args.pack, args.pack_b)]
+    for pack in packs:  # a verdict on data that does not verify is no verdict
+        problems, _ = verify_all(pack, stages=args.stage_package)
+        if problems:
+            print(f"error: {pack.name} does not verify ({len(problems)} mismatch(es), first: "
+                  f"{_one_line(problems[0])}); no comparison is made", file=sys.stderr)
+            return 1
     try:
-        a, b = load(bench_of(args.pack)), load(bench_of(args.pack_b))
+        a, b = load(packs[0]), load(packs[1])
     except CompareInputError as exc:
         raise PackError(str(exc)) from None
     diff = compare_rows(a["rows"], b["rows"])
@@ -364,6 +388,19 @@ def cmd_compare(args) -> int:
     return exit_code(diff)
 
 
+def _whole_pack(arg: str, command: str) -> Path:
+    """A pack argument of a command that reads only whole packs: a bench folder or a summary.json given
+    on its own is refused (nothing outside a pack's index can be verified), as is a merged verdict."""
+    p = Path(arg)
+    if p.is_file() or (p.is_dir() and not (p / "index.json").is_file() and (p / "summary.json").is_file()):
+        raise PackError(f"{command}: {arg} is not a pack: {command} needs whole packs (a pack folder, a pack id "
+                        "or 'latest'), which it verifies first")
+    pack = resolve_pack(arg)
+    if merge_cli.is_merged_verdict(pack):
+        raise PackError(f"{command}: {pack} is a merged verdict, not a pack")
+    return pack
+
+
 def cmd_history(args) -> int:
     from .history import collect, format_table, plot, to_json
 
@@ -374,14 +411,15 @@ def cmd_history(args) -> int:
             raise PackError(f"--plot {args.plot}: inside a pack; a pack is never modified")
         if args.plot.exists() and not args.force:
             raise PackError(f"--plot {args.plot}: already exists; pass --force to replace")
-    from .pack import PackError as _NotAPack
     from .verify import verify_all
 
-    def problems_of(pack: Path) -> list[str]:
+    def problems_of(pack: Path) -> list[str]:  # one pack that cannot be read is a row, never the end of the list
         try:
-            return verify_all(pack)[0]
-        except _NotAPack as exc:
+            return verify_all(pack, stages=args.stage_package)[0]
+        except (PackError, ValueError) as exc:
             return [str(exc)]
+        except OSError as exc:
+            return [_os_error(exc)]
 
     rows = collect(args.artifacts, verify=None if args.no_verify else problems_of)
     if args.format == "json":
@@ -392,7 +430,7 @@ def cmd_history(args) -> int:
         print(f"history: no packs under {args.artifacts / 'packs'} or {args.artifacts / 'reference'}")
     for r in rows:
         if r.error:
-            print(f"history: {r.pack_id}: {r.error}", file=sys.stderr)
+            print(f"history: {_one_line(r.pack_id)}: {_one_line(r.error)}", file=sys.stderr)
     if args.plot is not None:
         n = plot(rows, args.plot)
         print(f"history: wrote {args.plot} ({n} point{'s' if n != 1 else ''})", file=sys.stderr)
@@ -468,18 +506,62 @@ def _configure_logging() -> None:
     lib.setLevel(logging.INFO)
 
 
+def _one_line(text: str) -> str:
+    """A message as one printable line: control characters (a newline in a file name) escaped,
+    undecodable bytes of a path shown as escapes."""
+    try:  # bytes of a path that were not UTF-8 (surrogate escapes) shown as \xNN
+        text = str(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        text = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
+
+
+def _os_error(exc: OSError) -> str:
+    """`PATH: what` for an OSError (a missing folder, a name too long, no permission, ...)."""
+    what = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:
+        return what
+    names = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
+    return f"{names}: {what}"
+
+
+def _error(text: str, code: int) -> int:
+    print(f"error: {_one_line(text)}", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Every failure is one line on stderr: exit 2 for usage errors and bad input (not
+    a pack, an option, a path or an environment value that cannot be used), exit 1 for a pack whose
+    files are corrupt. An exception no check foresaw is reported as an internal error (exit 2): set
+    EVPACK_TRACEBACK=1 to see where it came from."""
     argv = list(sys.argv[1:] if argv is None else argv)
     _configure_logging()
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 is printed as escapes
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
+    args = None
     try:
         args = build_parser().parse_args(argv)
         return dispatch(args)
     except PackError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _error(str(exc), 2)
     except BrokenPipeError:  # `... | head`: the reader left; exit quietly
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except OSError:
             pass
         return 141
+    except JsonFileError as exc:  # a pack file no check read first: the pack is corrupt
+        return _error(f"{exc} (the pack is corrupt)", 1)
+    except OSError as exc:  # a path or environment value that cannot be used (GITHUB_OUTPUT, a long name, ...)
+        return _error(_os_error(exc), 2)
+    except ModuleNotFoundError as exc:
+        return _error(f"this command needs the Python module {exc.name!r}, which is not installed "
+                      "(install evpack with the extra its nox session names)", 2)
+    except KeyboardInterrupt:
+        return _error("interrupted", 130)
+    except Exception as exc:  # noqa: BLE001 (the last resort: one line, never a traceback)
+        if os.environ.get("EVPACK_TRACEBACK") or (args is not None and args.cmd.startswith("_")):
+            raise  # internal commands (a stage's own process) keep the traceback in their log
+        return _error(f"internal error ({type(exc).__name__}: {exc}); please report", 2)

@@ -69,7 +69,7 @@ def _final_outcome(name: str, pack_dir: Path, mod: ModuleType) -> StageOutcome:
         rec = read_json(stage_dir / RUNNER_FILE)
     except FileNotFoundError:
         return StageOutcome(ERROR, f"{name}: no {RUNNER_FILE}: the stage never ran to completion")
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
+    except (ValueError, OSError) as exc:  # not JSON, not UTF-8, too deep, not a regular file, ...
         return StageOutcome(ERROR, f"{name}: unreadable {RUNNER_FILE}: {exc}")
     if not isinstance(rec, dict):
         return StageOutcome(ERROR, f"{name}: {RUNNER_FILE} is not an object")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import registry
+from .jsonio import read_json
 
 TABLE_SCHEMA_VERSION = 1
 TABLE_PATH = Path(__file__).with_name("dispatch_table.json")
@@ -54,16 +55,28 @@ def shape_class(*, dtype: str, head_dim: int, causal: bool, batch: int, heads: i
 
 def _read(path: Path) -> dict:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
     except FileNotFoundError as exc:
         raise DispatchTableError(f"{path}: missing (not a pack with a benchmark?)") from exc
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         raise DispatchTableError(f"{path}: unreadable: {exc}") from exc
+    if not isinstance(data, dict):
+        raise DispatchTableError(f"{path}: not a JSON object")
+    return data
 
 
 def generate_table(pack_dir: Path) -> dict:
     """The dispatch table from one pack's benchmark. Raises DispatchTableError when the pack cannot serve."""
-    pack_dir = Path(pack_dir)
+    try:
+        return _generate(Path(pack_dir))
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a field missing or of another type
+        if isinstance(exc, DispatchTableError):
+            raise
+        raise DispatchTableError(f"{Path(pack_dir).name}: bench/summary.json or bench/run.json is malformed "
+                                 f"({type(exc).__name__}: {exc})") from None
+
+
+def _generate(pack_dir: Path) -> dict:
     pj = _read(pack_dir / "pack.json")
     if pj.get("label") != SOURCE_LABEL:
         raise DispatchTableError(f"{pack_dir.name}: label {pj.get('label')!r}; only an {SOURCE_LABEL} pack "
@@ -130,8 +143,8 @@ def write_table(table: dict, path: Path | None = None) -> Path:
 def load_table(path: Path | None = None) -> dict | None:
     """The committed table (None when there is none or it is unreadable: the registry default applies)."""
     try:
-        table = json.loads((path or TABLE_PATH).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        table = read_json(path or TABLE_PATH)
+    except (OSError, ValueError):
         return None
     return table if isinstance(table, dict) and table.get("schema_version") == TABLE_SCHEMA_VERSION else None
 

@@ -9,9 +9,12 @@ this module never re-derives results, `verify` does that.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from .jsonio import read_json
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("packs", "reference")
@@ -37,6 +40,17 @@ class PackRow:
         return self.commit[:12] + ("+dirty" if self.dirty else "")
 
 
+def _text(value) -> str | None:
+    """A value of pack.json shown in the list: a string (control characters escaped) or None."""
+    if value is None or isinstance(value, (dict, list)):
+        return None
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(value))
+
+
+def _object(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
 def _created(pack_id: str, pack: dict) -> str:
     m = _PACK_ID.match(pack_id)
     if m:
@@ -48,60 +62,62 @@ def _created(pack_id: str, pack: dict) -> str:
     return ""
 
 
-def _speedup(pack: dict, pack_dir: Path) -> float | None:
-    summary = pack.get("summary") or {}
-    value = summary.get("canonical_speedup")
-    if value is None:
-        bench = pack_dir / "bench" / "summary.json"
-        if bench.is_file():
-            try:
-                value = json.loads(bench.read_text(encoding="utf-8")).get("canonical_speedup")
-            except (OSError, ValueError, AttributeError):
-                value = None
+def _side_file(path: Path) -> dict:
+    """A JSON object beside pack.json ({} when absent or unreadable: the row then shows '-')."""
     try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
+        return _object(read_json(path)) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _speedup(pack: dict, pack_dir: Path) -> float | None:
+    value = _object(pack.get("summary")).get("canonical_speedup")
+    if value is None:
+        value = _side_file(pack_dir / "bench" / "summary.json").get("canonical_speedup")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
+    try:
+        value = float(value)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _gpu(pack: dict, pack_dir: Path) -> str | None:
-    gpu = (pack.get("summary") or {}).get("gpu_name")
-    if gpu:
-        return str(gpu)
-    env_path = pack_dir / "env.json"
-    if env_path.is_file():
-        try:
-            gpu = json.loads(env_path.read_text(encoding="utf-8")).get("gpu_name")
-        except (OSError, ValueError, AttributeError):
-            gpu = None
-    return str(gpu) if gpu else None
+    gpu = _object(pack.get("summary")).get("gpu_name") or _side_file(pack_dir / "env.json").get("gpu_name")
+    return _text(gpu) if gpu else None
 
 
 def read_pack(pack_dir: Path, source: str) -> PackRow:
     """One row from pack_dir/pack.json; a pack that cannot be read becomes a row with error set."""
-    pack_id = pack_dir.name
+    pack_id = _text(pack_dir.name) or ""
     try:
-        pack = json.loads((pack_dir / "pack.json").read_text(encoding="utf-8"))
+        pack = read_json(pack_dir / "pack.json")
         if not isinstance(pack, dict):
             raise ValueError("pack.json is not a JSON object")
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         return PackRow(pack_id, source, _created(pack_id, {}), None, None, None, None, None,
-                       error=f"unreadable pack.json: {exc}")
-    git = pack.get("git") or {}
+                       error=_text(f"unreadable pack.json: {exc.strerror or exc}"))
+    except ValueError as exc:
+        return PackRow(pack_id, source, _created(pack_id, {}), None, None, None, None, None,
+                       error=_text(f"unreadable pack.json: {exc}"))
+    git = _object(pack.get("git"))
+    dirty = git.get("dirty")
     return PackRow(
-        pack_id=str(pack.get("pack_id") or pack_id),
+        pack_id=pack_id,  # the folder's name: a pack.json naming another id must not hide that pack's row
         source=source,
         created=_created(pack_id, pack),
-        commit=git.get("commit"),
-        dirty=git.get("dirty"),
+        commit=_text(git.get("commit")),
+        dirty=dirty if isinstance(dirty, bool) else None,
         gpu=_gpu(pack, pack_dir),
-        label=pack.get("label"),
+        label=_text(pack.get("label")),
         speedup=_speedup(pack, pack_dir),
     )
 
 
 def find_packs(artifacts: Path) -> list[tuple[Path, str]]:
-    """(pack folder, source) for every folder with a pack.json under artifacts/{packs,reference}.
+    """(pack folder, source) for every folder with a pack.json or an index.json under
+    artifacts/{packs,reference} (one without the other is a broken pack, listed with why).
 
     Skips the `latest` symlink and hidden folders (packs being written or fetched).
     """
@@ -113,7 +129,11 @@ def find_packs(artifacts: Path) -> list[tuple[Path, str]]:
         for d in sorted(root.iterdir()):
             if d.name.startswith(".") or d.is_symlink() or not d.is_dir():
                 continue
-            if (d / "pack.json").exists():
+            try:
+                is_pack = (d / "pack.json").exists() or (d / "index.json").exists()
+            except OSError:  # a folder this user cannot read: listed, with why it cannot be read
+                is_pack = True
+            if is_pack:
                 found.append((d, source))
     return found
 
@@ -128,7 +148,7 @@ def collect(artifacts: Path, verify=None) -> list[PackRow]:
         problems = verify(d) if verify is not None and not row.error else []
         if problems:
             row = PackRow(row.pack_id, source, row.created, row.commit, row.dirty, row.gpu, None, None,
-                          error=f"does not verify ({len(problems)} mismatch(es)): {problems[0]}")
+                          error=_text(f"does not verify ({len(problems)} mismatch(es)): {problems[0]}"))
         if row.pack_id in rows and rows[row.pack_id].source != source:
             rows[row.pack_id] = PackRow(**{**asdict(rows[row.pack_id]), "source": "packs+reference"})
             continue

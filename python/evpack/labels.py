@@ -89,16 +89,22 @@ def format_labels(pack: dict, fmt: str, *, signer: str | None = None) -> str:
         return " ".join(shlex.quote(a) for a in gh_args(labels))
     if fmt == "github":
         lines = [f"label={label}", f"labels={','.join(labels)}", f"signer={signer or ''}"]
-        out = os.environ.get("GITHUB_OUTPUT")
-        if out:
-            with open(out, "a", encoding="utf-8") as f:
-                f.write("\n".join(lines) + "\n")
-        summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary:
-            with open(summary, "a", encoding="utf-8") as f:
-                f.write(f"### Evidence pack `{pack['pack_id']}`: **{label}**\n\n")
-                f.write("| gate | status | reason |\n|---|---|---|\n")
-                for g, v in pack["gates"].items():
-                    f.write(f"| {g} | {v['status']} | {v['reason']} |\n")
+        _append_to("GITHUB_OUTPUT", "\n".join(lines) + "\n")
+        _append_to("GITHUB_STEP_SUMMARY", "".join(
+            [f"### Evidence pack `{pack['pack_id']}`: **{label}**\n\n", "| gate | status | reason |\n|---|---|---|\n"]
+            + [f"| {g} | {v['status']} | {v['reason']} |\n" for g, v in pack["gates"].items()]))
         return "\n".join(lines)
     raise ValueError(f"--format must be one of text, json, github, gh-args; got {fmt!r}")
+
+
+def _append_to(var: str, text: str) -> None:
+    """Append to the file an environment variable names (the CI's step outputs), if it is set; an OSError
+    that says which variable named the path."""
+    path = os.environ.get(var)
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise OSError(exc.errno, f"${var} cannot be appended to ({exc.strerror})", path) from None

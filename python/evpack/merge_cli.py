@@ -51,7 +51,8 @@ __all__ = ["DOC", "EXIT_DOC", "add_parser", "is_merged_verdict", "label", "merge
 
 def add_parser(sub) -> None:
     m = sub.add_parser("merge", help="merge packs of one commit made on several GPUs into one verdict",
-                       description=DOC, epilog=EXIT_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=DOC, epilog=EXIT_DOC, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       allow_abbrev=False)
     m.add_argument("packs", nargs="+", metavar="PACK",
                    help="pack folder, pack id (under artifacts/packs or artifacts/reference) or 'latest'")
     m.add_argument("--out", type=Path, required=True, metavar="DIR", help="the merged verdict folder to write")

@@ -189,7 +189,8 @@ def label_view(record: dict) -> dict:
 
 def verdict_id(members: list[dict]) -> str:
     """<commit sha12>-<sha12 of the members' index.json digests, sorted>: the same members, the same id."""
-    joined = "\n".join(sorted(m["digests"]["index.json"] for m in members))
+    # a member whose index.json is not a file has no digest of it (verify names that member's problem)
+    joined = "\n".join(sorted(m["digests"].get("index.json") or "none" for m in members))
     commit = (members[0]["source"]["commit"] or "nogit")[:12] if members else "none"
     return f"{commit}-{hashlib.sha256(joined.encode('ascii')).hexdigest()[:12]}"
 

@@ -12,11 +12,11 @@ records `signing: null`): the CI signs in a job of its own that runs no code of 
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from .attest import pack_subjects, read_pack_facts
+from .jsonio import parse_json, read_json
 from .provenance import PROVENANCE_FILE, SIGNATURE_FILE, diff_facts, facts_of, subject_problems, subjects_of
 from .sigform import signature_form_problem
 from .signing import SigningError, check_signature, read_allowed_signers, ssh_keygen
@@ -37,8 +37,8 @@ class ProvenanceCheck:
 def _signing_record(pack_dir: Path) -> tuple[bool, object]:
     """(pack.json has a `signing` entry at all, the entry as written). Old packs have none."""
     try:
-        pj = json.loads((pack_dir / "pack.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        pj = read_json(pack_dir / "pack.json")
+    except (OSError, ValueError):
         return False, None
     if not isinstance(pj, dict) or "signing" not in pj:
         return False, None
@@ -82,12 +82,12 @@ def check_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
                          "unsigned (no provenance statement)" if not has_record else "unsigned")
     data = prov.read_bytes()
     try:
-        statement = json.loads(data)
+        statement = parse_json(data.decode("utf-8"), prov)
         problems += _subject_problems(pack_dir, statement)
         changed = diff_facts(facts_of(statement), read_pack_facts(pack_dir))
         if changed:
             problems.append(f"provenance facts: the statement and the pack's files differ in {', '.join(changed)}")
-    except ValueError as exc:
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:  # not JSON, or a field of another type
         problems.append(f"provenance: {PROVENANCE_FILE} is malformed: {exc}")
     if not sig.is_file():
         if record:

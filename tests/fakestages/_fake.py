@@ -3,7 +3,8 @@
 FAKE_PLAN (JSON) maps a stage name to one of: pass, fail, error, skipped, raise,
 crash (the process dies with SIGSEGV), hang (sleeps past the timeout),
 sleep:N (sleeps N seconds, then passes). "gpu": [...] lists the stages that run
-isolated in their own process, as GPU stages do.
+isolated in their own process, as GPU stages do. "bench_rows": [...] is written as the bench
+stage's summary.json (the rows `compare` reads).
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def make(name: str) -> dict:
         if sha:
             write_json(ctx.dir / "binary.json", {"module": "evpack._C", "path": "/x/_C.so", "sha256": sha})
         (ctx.dir / "tool.log").write_text(f"raw output of {name}\n", encoding="utf-8")
+        if name == "bench" and "bench_rows" in plan:  # rows for `compare` (only it reads them)
+            write_json(ctx.dir / "summary.json", {"schema": 1, "rows": plan["bench_rows"]})
         if what == "raise":
             raise RuntimeError(f"{name} broke")
         if what == "crash":

@@ -78,7 +78,7 @@ def _variant_status(stage_dir: Path, name: str) -> tuple[str, str, list[dict]]:
     if problem:
         return ERROR, problem, []
     try:
-        rows = read_json(stage_dir / f"{name}.json")["rows"]
+        rows = read_json(stage_dir / f"{name}.json", allow_nan=True)["rows"]
     except (FileNotFoundError, KeyError, ValueError) as exc:
         return ERROR, f"{name}: no readable result ({exc})", []
     if not rows:
@@ -198,7 +198,7 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
         if not p.exists():
             continue
         groups: dict = {}
-        for r in read_json(p)["rows"]:
+        for r in read_json(p, allow_nan=True)["rows"]:
             groups.setdefault((r["config"], r["dtype"], r["D"]), []).append(r)
         for (cfg, dt, d), rows in sorted(groups.items()):
             w = min(rows, key=lambda r: r["margin"])

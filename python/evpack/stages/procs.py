@@ -146,7 +146,7 @@ def record_binary(stage_dir: Path, results: list[Path]) -> None:
     """stage_dir/binary.json from the first result file that says which extension its process loaded."""
     for path in results:
         if path.exists():
-            binary = read_json(path).get("binary")
+            binary = read_json(path, allow_nan=True).get("binary")  # an oracle result: may hold inf
             if binary:
                 write_json(stage_dir / "binary.json", binary)
                 return

@@ -45,7 +45,7 @@ def _cell(stage_dir: Path, name: str) -> tuple[str, str, dict]:
     if problem:
         return ERROR, problem, {}
     try:
-        res = read_json(stage_dir / f"{name}.json")
+        res = read_json(stage_dir / f"{name}.json", allow_nan=True)
     except (FileNotFoundError, ValueError) as exc:
         return ERROR, f"{name}: no readable result ({exc})", {}
     rows = res["rows"]

@@ -21,14 +21,18 @@ then moves our rows by ~3% too, and that is not called a regression of our kerne
 An SDPA row itself is judged with the drift of the other SDPA rows (leave one out).
 With no shared SDPA rows drift = 0 (only the spread counts).
 
-Exit status: 0 no regression; 1 any SLOWER row of our variants (impl "evpack");
-2 bad input (missing pack or no bench data), with a one-line error on stderr.
+Both packs are verified first (the command line does it, as for label and report): only whole
+packs are compared, never a bench folder or a summary.json on its own.
+
+Exit status: 0 no regression; 1 any SLOWER row of our variants (impl "evpack"), or a pack that does
+not verify; 2 bad input (not a pack, no bench data), with a one-line error on stderr.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
+
+from ..jsonio import read_json
 
 K = 2.0
 SAME, FASTER, SLOWER, NEW, GONE, NA = "SAME", "FASTER", "SLOWER", "NEW", "GONE", "N/A"
@@ -39,35 +43,55 @@ class CompareInputError(Exception):
     """A pack that cannot be compared (message is one line)."""
 
 
-def summary_path(path: Path) -> Path:
-    """Accept a pack folder, its bench/ folder or a summary.json."""
-    path = Path(path)
-    for cand in (path, path / "summary.json", path / "bench" / "summary.json"):
-        if cand.is_file():
-            return cand
-    raise CompareInputError(f"compare: no bench data in {path} (expected bench/summary.json)")
+KEY_FIELDS = ("impl", "variant", "config", "shape", "mode")
 
 
-def load(path: Path) -> dict:
-    if not Path(path).exists():
-        raise CompareInputError(f"compare: {path}: no such pack")
-    p = summary_path(path)
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def row_problem(r) -> str | None:
+    """Why a row of bench/summary.json cannot be compared (None when it can)."""
+    if not isinstance(r, dict):
+        return f"a row is {type(r).__name__}, not an object"
+    bad = [k for k in KEY_FIELDS if k not in r or not (r[k] is None or isinstance(r[k], str))]
+    if bad:
+        return f"a row's {', '.join(bad)} is missing or not a string"
+    for k in ("median_us", "iqr_us"):
+        if r.get(k) is not None and not _number(r[k]):
+            return f"a row's {k} is not a number: {r[k]!r}"
+    return None
+
+
+def load(pack: Path) -> dict:
+    """bench/summary.json of a pack folder (the caller verifies the pack first): its rows, each
+    checked to be comparable. CompareInputError (one line) when there are none or one is malformed."""
+    pack = Path(pack)
+    p = pack / "bench" / "summary.json"
+    if not p.is_file():
+        raise CompareInputError(f"compare: {pack.name}: no bench data (no bench/summary.json: the bench stage "
+                                "did not run in this pack)")
     try:
-        with open(p, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CompareInputError(f"compare: {p}: unreadable ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("rows"), list) or not data["rows"]:
-        raise CompareInputError(f"compare: {p}: no bench rows")
+        data = read_json(p)
+    except (OSError, ValueError) as exc:
+        raise CompareInputError(f"compare: {pack.name}: bench/summary.json unreadable: {exc}") from None
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise CompareInputError(f"compare: {pack.name}: bench/summary.json holds no bench rows")
+    for r in rows:
+        problem = row_problem(r)
+        if problem:
+            raise CompareInputError(f"compare: {pack.name}: bench/summary.json: {problem}")
     return data
 
 
 def _key(r: dict) -> tuple:
-    return (r["impl"], r["variant"], r["config"], r["shape"], r["mode"])
+    return tuple(r[k] for k in KEY_FIELDS)
 
 
 def _timed(r: dict | None) -> bool:
-    return bool(r) and r.get("status") == "ok" and r.get("median_us") is not None
+    """A row with a measured, positive median (0 is no measurement, and would divide by zero)."""
+    return bool(r) and r.get("status") == "ok" and _number(r.get("median_us")) and r["median_us"] > 0
 
 
 def drift(rows_a: list[dict], rows_b: list[dict], exclude: tuple | None = None) -> float:
