@@ -244,3 +244,170 @@ def test_old_entries_are_dropped(world, monkeypatch):
     assert len([p for p in world.cache.iterdir() if not p.name.startswith(".")]) == 3
     assert world.run("--variant=4").reused is not None  # the newest stays
     assert world.run("--variant=0").reused is None and world.runs() == 6  # the oldest went
+
+
+# ---- the build's tools (evpack.buildtools): one ninja, the compiler cache ------------------------------
+
+from evpack import buildtools  # noqa: E402
+
+FIXTURES = REPO / "tests" / "fixtures" / "compcache"
+
+
+def _script(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + text)
+    path.chmod(0o755)
+    return path
+
+
+def _fake_ninja(folder: Path, version: str) -> Path:
+    return _script(folder / "ninja", f'[ "$1" = --version ] && echo {version} && exit 0\necho "ran {version}"\n')
+
+
+def test_the_build_keeps_running_the_ninja_it_recorded(tmp_path):
+    old, new = _fake_ninja(tmp_path / "system", "1.11.1"), _fake_ninja(tmp_path / "venv" / "bin", "1.13.2")
+    build = tmp_path / "build"
+    tool, why = buildtools.choose_ninja(build, {"PATH": str(old.parent)})
+    assert (tool.path, tool.version, why) == (str(old), "1.11.1", "first on PATH")
+    shim = buildtools.use_ninja(build, tool)
+    # another entry point (a nox virtualenv) puts another ninja first on PATH: the recorded one still runs
+    path = f"{new.parent}{os.pathsep}{old.parent}"
+    tool, why = buildtools.choose_ninja(build, {"PATH": path})
+    assert tool.path == str(old) and "build/ninja.json" in why
+    out = subprocess.run(["ninja"], capture_output=True, text=True, env={"PATH": f"{shim}{os.pathsep}{path}"})
+    assert out.stdout.strip() == "ran 1.11.1"
+    # EVPACK_NINJA names another; a recorded ninja that answers another version, or is gone, is replaced
+    assert buildtools.choose_ninja(build, {"PATH": path, "EVPACK_NINJA": str(new)})[0].path == str(new)
+    _fake_ninja(old.parent, "1.12.0")
+    assert buildtools.choose_ninja(build, {"PATH": path})[0].path == str(new)
+    buildtools.use_ninja(build, buildtools.choose_ninja(build, {"PATH": path})[0])
+    assert os.readlink(shim / "ninja") == str(new)
+    new.unlink()
+    assert buildtools.choose_ninja(build, {"PATH": path}) == (buildtools.Tool("ninja", str(old), "1.12.0"),
+                                                              "first on PATH")
+    assert buildtools.choose_ninja(build, {"PATH": str(tmp_path / "empty")})[0] is None
+    with pytest.raises(buildtools.BuildToolError, match="EVPACK_NINJA=/nonexistent/ninja: not an executable"):
+        buildtools.choose_ninja(build, {"PATH": path, "EVPACK_NINJA": "/nonexistent/ninja"})
+
+
+def _real_ninjas() -> list[str]:
+    """Distinct ninja versions on this machine (PATH, the `ninja` wheel), one path each."""
+    cands = [shutil.which("ninja"), "/usr/bin/ninja", str(Path(os.__file__).parents[2] / "bin" / "ninja")]
+    try:
+        import ninja as wheel  # noqa: PLC0415
+
+        cands.append(str(Path(wheel.BIN_DIR) / "ninja"))
+    except (ImportError, AttributeError):
+        pass
+    by_version: dict[str, str] = {}
+    for c in cands:
+        v = buildtools.tool_version(c) if c and os.path.isfile(c) else None
+        if v:
+            by_version.setdefault(v, c)
+    return list(by_version.values())
+
+
+@pytest.mark.skipif(len(_real_ninjas()) < 2, reason="needs two ninja versions (system and wheel) to compare")
+def test_two_real_ninjas_rebuild_each_others_work_and_the_recorded_one_does_not(tmp_path):
+    """The fault this guards against, on the real tools: a ninja of another version reads the other's
+    .ninja_log as missing or changed and rebuilds everything; the recorded ninja, whatever PATH says, does not."""
+    first, second = _real_ninjas()[:2]
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "build.ninja").write_text("rule cp\n  command = cp $in $out\nbuild b.txt: cp a.txt\n")
+    (work / "a.txt").write_text("a\n")
+
+    def explain(ninja: str, path: str = "", where: Path = work) -> str:
+        out = subprocess.run([ninja, "-n", "-d", "explain"], cwd=where, capture_output=True, text=True,
+                             env=dict(os.environ, PATH=path or os.environ["PATH"]))
+        return out.stdout + out.stderr
+
+    subprocess.run([first], cwd=work, check=True, capture_output=True)
+    assert "no work to do" in explain(first)
+    other = shutil.copytree(work, tmp_path / "other")  # the other version may rewrite the log, even with -n
+    assert "no work to do" not in explain(second, where=other), "these two ninja versions share a log format"
+    build = tmp_path / "build"
+    tool, _ = buildtools.choose_ninja(build, {"PATH": str(Path(first).parent)})
+    shim = buildtools.use_ninja(build, tool)
+    tool2, _ = buildtools.choose_ninja(build, {"PATH": f"{Path(second).parent}{os.pathsep}{Path(first).parent}"})
+    assert tool2.path == tool.path
+    assert "no work to do" in explain("ninja", f"{shim}{os.pathsep}{Path(second).parent}")
+
+
+def _fake_cache(folder: Path, name: str, *, works: bool = True) -> Path:
+    return _script(folder / name, (f'[ "$1" = --version ] && echo "{name} 9.9" && exit 0\n' if works else "exit 1\n")
+                   + f'echo "{name}" "$@" >> "$CALLS"\nexec "$@"\n')
+
+
+def test_the_compiler_cache_is_chosen_by_mode_and_never_required(tmp_path):
+    both, only_s, broken = tmp_path / "both", tmp_path / "only-sccache", tmp_path / "broken-ccache"
+    _fake_cache(both, "ccache"), _fake_cache(both, "sccache"), _fake_cache(only_s, "sccache")
+    _fake_cache(broken, "ccache", works=False), _fake_cache(broken, "sccache")
+    pick = buildtools.choose_compiler_cache
+    assert pick({"PATH": str(both)})[0].name == "ccache"
+    assert pick({"PATH": str(both), "EVPACK_COMPILER_CACHE": "sccache"})[0].name == "sccache"
+    assert pick({"PATH": str(only_s)})[0].name == "sccache"
+    assert pick({"PATH": str(broken)})[0].name == "sccache"  # a ccache that does not run is passed over
+    assert pick({"PATH": str(tmp_path / "none")}) == (None, "neither ccache nor sccache on PATH")
+    assert pick({"PATH": str(both), "EVPACK_COMPILER_CACHE": "none"})[0] is None
+    for mode, needle in (("ccache", "no working ccache on PATH"), ("distcc", "expected one of auto, ccache")):
+        with pytest.raises(buildtools.BuildToolError, match=needle):
+            pick({"PATH": str(only_s), "EVPACK_COMPILER_CACHE": mode})
+
+
+def test_the_wrappers_run_the_cache_then_the_real_compiler_whatever_its_path(tmp_path):
+    odd = tmp_path / "it's a dir with spaces"
+    compiler = _script(odd / "nvcc", 'echo "compiled:" "$@"\n')
+    cache = buildtools.Tool("ccache", str(_fake_cache(odd, "ccache")), "ccache 9.9")
+    calls = tmp_path / "calls"
+    env = dict(os.environ, CALLS=str(calls))
+    build = tmp_path / "build"
+    wrappers = buildtools.write_wrappers(build, cache, nvcc=str(compiler), cxx="/usr/bin/c++")
+    out = subprocess.run([wrappers["nvcc"], "-c", "a b.cu", "-o", "x.o"], capture_output=True, text=True, env=env)
+    assert out.stdout == "compiled: -c a b.cu -o x.o\n"
+    assert calls.read_text() == f"ccache {compiler} -c a b.cu -o x.o\n"
+    mtime = Path(wrappers["nvcc"]).stat().st_mtime_ns
+    assert buildtools.write_wrappers(build, cache, nvcc=str(compiler), cxx="/usr/bin/c++") == wrappers
+    assert Path(wrappers["nvcc"]).stat().st_mtime_ns == mtime  # unchanged: not rewritten
+    buildtools.write_wrappers(build, None, nvcc=str(compiler), cxx="/usr/bin/c++")  # no cache: same paths
+    out = subprocess.run([wrappers["nvcc"], "-v"], capture_output=True, text=True, env=env)
+    assert out.stdout == "compiled: -v\n" and len(calls.read_text().splitlines()) == 1
+
+
+def test_cache_counts_from_real_tool_output():
+    log = (FIXTURES / "ccache.stats.log").read_text()
+    assert buildtools.ccache_counts(log) == {"hits": 2, "misses": 2, "uncacheable": 1}
+    stats = json.loads((FIXTURES / "sccache.stats.json").read_text())
+    counts = buildtools.sccache_counts(stats)
+    assert {k: counts[k] for k in ("hits", "misses", "uncacheable")} == {"hits": 2, "misses": 2, "uncacheable": 1}
+    assert counts["by_kind"]["hits"]["CUBIN"] == 1  # the ptxas phase of the nvcc call, reused
+    assert buildtools.sccache_counts({"stats": "garbage"}) is None and buildtools.ccache_counts("") == {
+        "hits": 0, "misses": 0, "uncacheable": 0}
+
+
+@pytest.mark.parametrize("name", ["ccache", "sccache"])
+def test_a_real_cache_replays_the_ptxas_report_and_counts_one_builds_calls(tmp_path, name):
+    """Through the wrapper, a second compile of the same code is a hit whose stderr (the `-Xptxas -v` report
+    nvcc-log keeps) equals the first's but for ptxas's own timing line; the session counts exactly these calls."""
+    if shutil.which(name) is None or buildtools.tool_version(shutil.which(name)) is None:
+        pytest.skip(f"{name} is not on PATH")
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    env = dict(os.environ, CCACHE_DIR=str(tmp_path / "ccache"), SCCACHE_DIR=str(tmp_path / "sccache"))
+    env.pop("CCACHE_STATSLOG", None)
+    cache, _ = buildtools.choose_compiler_cache(dict(env, EVPACK_COMPILER_CACHE=name))
+    build = tmp_path / "build"
+    session = buildtools.CacheSession(cache, build)
+    session.start(env)
+    assert session.problem is None
+    try:
+        nvcc = buildtools.write_wrappers(build, session.tool, nvcc=shutil.which("nvcc"), cxx="c++")["nvcc"]
+        shutil.copy(FIXTURES / "axpy.cu", tmp_path / "axpy.cu")
+        errs = [subprocess.run([nvcc, "-c", "-Xptxas", "-v", "-gencode=arch=compute_90,code=sm_90", "axpy.cu", "-o",
+                                f"axpy{i}.o"], cwd=tmp_path, capture_output=True, text=True, env=env, check=True).stderr
+                for i in (1, 2)]
+    finally:
+        counts = session.finish(env)
+    strip = [[ln for ln in e.splitlines() if "Compile time" not in ln] for e in errs]
+    assert strip[0] == strip[1] and any("Used" in ln and "registers" in ln for ln in strip[0])
+    assert {k: counts[k] for k in ("hits", "misses")} == {"hits": 1, "misses": 1}, counts
