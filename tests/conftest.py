@@ -38,6 +38,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_tool_cache(tmp_path_factory):
+    """SASS runs in the tests keep cuobjdump's output in a tool cache of their own, not the user's
+    (evpack.toolcache); subprocesses inherit it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVPACK_TOOL_CACHE", str(tmp_path_factory.mktemp("tool-cache")))
+        yield
+
+
 @pytest.fixture
 def fake_env(monkeypatch, tmp_path):
     """Run the real pipeline on stand-in stages; returns a function(plan) -> env for subprocesses."""
