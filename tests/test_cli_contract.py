@@ -199,7 +199,8 @@ def test_forced_spills_make_the_ptxas_command_exit_non_zero(tmp_path):
     env = dict(os.environ, EVPACK_NVCC_FLAGS="-maxrregcount=32 -Xptxas --override-directive-values",
                EVPACK_VARIANTS="scalar", EVPACK_CUDA_ARCHS="90", EVPACK_CANARIES="0")
     env.pop("FAKE_PLAN", None)
-    out = run_cli("ptxas", "--packs-dir", str(tmp_path / "packs"), env=env, timeout=900, repo=checkout)
+    out = run_cli("ptxas", "--require", "partial", "--packs-dir", str(tmp_path / "packs"), env=env, timeout=900,
+                  repo=checkout)  # partial: the same requirement on a CPU and on a GPU machine
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     assert "requirement partial of the stages run (ptxas; gates build, ptxas_resources): NOT met by " \
            "evidence:failed (ptxas_resources fail)" in out.stdout
