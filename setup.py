@@ -233,7 +233,11 @@ def _extensions_and_cmdclass():
             (build_dir / "tools" / buildtools.RECORD).unlink(missing_ok=True)  # written again after this build
             session = buildtools.CacheSession(cache, build_dir)
             session.start(os.environ)  # a cache that cannot start leaves session.tool None: a plain compile
-            wrappers = buildtools.write_wrappers(build_dir, session.tool, nvcc=real_nvcc, cxx=real_cxx or "c++")
+            try:
+                wrappers = buildtools.write_wrappers(build_dir, session.tool, nvcc=real_nvcc, cxx=real_cxx or "c++")
+            except buildtools.BuildToolError as e:
+                session.finish(os.environ)
+                raise SystemExit(f"evpack build: {e}") from None
             os.environ["EVPACK_REAL_NVCC"] = wrappers["nvcc"]  # nvcc-log runs this, which runs the real nvcc
             if real_cxx:
                 os.environ["CXX"] = wrappers["c++"]

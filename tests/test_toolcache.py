@@ -374,6 +374,15 @@ def test_the_wrappers_run_the_cache_then_the_real_compiler_whatever_its_path(tmp
     assert out.stdout == "compiled: -v\n" and len(calls.read_text().splitlines()) == 1
 
 
+def test_a_wrapper_never_wraps_itself(tmp_path):
+    """CXX (or EVPACK_REAL_NVCC) left pointing at the wrappers of an earlier build would make a wrapper exec itself
+    for ever: refused with one line."""
+    build = tmp_path / "build"
+    wrappers = buildtools.write_wrappers(build, None, nvcc="/usr/bin/true", cxx="/usr/bin/true")
+    with pytest.raises(buildtools.BuildToolError, match="is this build's own wrapper"):
+        buildtools.write_wrappers(build, None, nvcc="/usr/bin/true", cxx=wrappers["c++"])
+
+
 def test_cache_counts_from_real_tool_output():
     log = (FIXTURES / "ccache.stats.log").read_text()
     assert buildtools.ccache_counts(log) == {"hits": 2, "misses": 2, "uncacheable": 1}

@@ -154,6 +154,10 @@ def write_wrappers(build_dir: Path, cache: Tool | None, *, nvcc: str, cxx: str) 
     out = {}
     for name, real in (("nvcc", nvcc), ("c++", cxx)):
         path = wrap / name
+        found = shutil.which(real)
+        if found and Path(found).resolve().parent == wrap.resolve():  # CXX or EVPACK_REAL_NVCC left over from a build
+            raise BuildToolError(f"the {name} to wrap, {real}, is this build's own wrapper: set CXX / EVPACK_REAL_NVCC "
+                                 "to the real compiler (or unset them)")
         _write_if_changed(path, wrapper_text(real, cache), mode=stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP
                           | stat.S_IROTH | stat.S_IXOTH)
         out[name] = str(path)
@@ -179,7 +183,7 @@ class CacheSession:
             return
         if self.tool.name == "ccache":
             self.stats_log.parent.mkdir(parents=True, exist_ok=True)
-            self.stats_log.write_text("", encoding="utf-8")
+            self.stats_log.unlink(missing_ok=True)  # ccache appends: this build's calls only
             environ["CCACHE_STATSLOG"] = str(self.stats_log)
             return
         environ["SCCACHE_SERVER_PORT"] = str(_free_port())
@@ -200,10 +204,10 @@ class CacheSession:
         if self.tool is None:
             return None
         if self.tool.name == "ccache":
+            # no log: nothing was compiled, or this ccache predates its stats log; either way no counts to give
             try:
                 return ccache_counts(self.stats_log.read_text(encoding="utf-8", errors="replace"))
-            except OSError as exc:
-                self.problem = f"ccache stats log unreadable: {exc}"
+            except OSError:
                 return None
         try:
             out = subprocess.run([self.tool.path, "--show-stats", "--stats-format=json"], capture_output=True,
