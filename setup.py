@@ -19,7 +19,13 @@ Environment:
   PYTORCH_NVCC        compiler in torch's ninja rules; default csrc/tools/nvcc-log, which keeps the
                       `-Xptxas -v` report of every object as <object>.ptxas.log
   EVPACK_REAL_NVCC    the nvcc that nvcc-log runs (default <CUDA_HOME>/bin/nvcc)
+  EVPACK_COMPILER_CACHE  auto (default: ccache, else sccache, when on PATH), ccache, sccache or none: the cache
+                      nvcc and the host compiler run under (through build/tools/wrap/; never required)
+  EVPACK_NINJA        the ninja to run (default: the one build/ninja.json records, else the first on PATH)
   MAX_JOBS            parallel compile jobs (read by torch)
+
+One ninja and the compiler cache: python/evpack/buildtools.py says why and how; what a build ran is
+written to build/tools/build_tools.json (the build stage keeps it in the pack).
 
 The CPU build of torch has cpp_extension.CUDA_HOME = None and no c10/cuda headers: CUDA_HOME is
 set from evpack.tools.cuda_home(), .cu files go through CppExtension (BuildExtension hands them to
@@ -32,6 +38,7 @@ import importlib.util
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -118,11 +125,27 @@ def _select(registry) -> tuple[list, list]:
     return variants, canaries
 
 
+def _build_tools(buildtools):
+    """The ninja this build runs (first on its PATH from here on) and the compiler cache it may use."""
+    build_dir = ROOT / "build"
+    try:
+        ninja, ninja_why = buildtools.choose_ninja(build_dir, os.environ)
+        cache, cache_why = buildtools.choose_compiler_cache(os.environ)
+    except buildtools.BuildToolError as e:
+        raise SystemExit(f"evpack build: {e}") from None
+    if ninja is not None:
+        os.environ["PATH"] = str(buildtools.use_ninja(build_dir, ninja)) + os.pathsep + os.environ.get("PATH", "")
+    # this build decides on the cache (torch would otherwise prepend a ccache/sccache it finds on PATH)
+    os.environ["TORCH_NO_COMPILER_WRAPPER"] = "1"
+    return build_dir, ninja, ninja_why, cache, cache_why
+
+
 def _extensions_and_cmdclass():
-    registry, buildgen, tools = _load("registry"), _load("buildgen"), _load("tools")
+    registry, buildgen, tools, buildtools = _load("registry"), _load("buildgen"), _load("tools"), _load("buildtools")
     home = tools.cuda_home()
     if home is None:
         raise SystemExit("CUDA toolkit not found: set CUDA_HOME or put nvcc on PATH")
+    build_dir, ninja, ninja_why, cache, cache_why = _build_tools(buildtools)
 
     import torch.utils.cpp_extension as cpp  # noqa: PLC0415 (only when building)
 
@@ -130,6 +153,8 @@ def _extensions_and_cmdclass():
         cpp.CUDA_HOME = str(home)
     os.environ.setdefault("PYTORCH_NVCC", str(ROOT / "csrc" / "tools" / "nvcc-log"))
     os.environ.setdefault("EVPACK_REAL_NVCC", str(Path(cpp.CUDA_HOME) / "bin" / "nvcc"))
+    real_nvcc = os.environ["EVPACK_REAL_NVCC"]
+    real_cxx = shutil.which(os.environ.get("CXX") or "c++")
 
     archs = _archs(buildgen)
     plain_archs = [a for a in archs if not buildgen.is_arch_specific(a)] or archs
@@ -151,7 +176,7 @@ def _extensions_and_cmdclass():
     extensions = []
     for ext, group in groups.items():
         out_dir = Path("build") / "generated" / ext
-        plain, specific, skipped = _split_by_arch(group, archs, buildgen, os.environ["EVPACK_REAL_NVCC"])
+        plain, specific, skipped = _split_by_arch(group, archs, buildgen, real_nvcc)
         for name, reason in skipped:
             print(f"evpack build: skipping variant {name}: {reason}", file=sys.stderr, flush=True)
         generated[ext] = (out_dir, plain + [v for v, _ in specific], skipped)
@@ -205,7 +230,23 @@ def _extensions_and_cmdclass():
                 text = json.dumps([{"variant": n, "reason": r} for n, r in skipped], indent=1) + "\n"
                 if not note.exists() or note.read_text() != text:
                     note.write_text(text)
-            super().run()
+            (build_dir / "tools" / buildtools.RECORD).unlink(missing_ok=True)  # written again after this build
+            session = buildtools.CacheSession(cache, build_dir)
+            session.start(os.environ)  # a cache that cannot start leaves session.tool None: a plain compile
+            try:
+                wrappers = buildtools.write_wrappers(build_dir, session.tool, nvcc=real_nvcc, cxx=real_cxx or "c++")
+            except buildtools.BuildToolError as e:
+                session.finish(os.environ)
+                raise SystemExit(f"evpack build: {e}") from None
+            os.environ["EVPACK_REAL_NVCC"] = wrappers["nvcc"]  # nvcc-log runs this, which runs the real nvcc
+            if real_cxx:
+                os.environ["CXX"] = wrappers["c++"]
+            try:
+                super().run()
+            finally:
+                counts = session.finish(os.environ)
+            buildtools.write_record(build_dir, ninja=ninja, ninja_why=ninja_why, cache=session.tool,
+                                    cache_why=cache_why, counts=counts, problem=session.problem)
 
         def build_extension(self, ext):
             base = self.build_temp
@@ -235,7 +276,7 @@ def main() -> None:
         ext_modules, cmdclass = _extensions_and_cmdclass()
     setup(
         name="evpack",
-        version="0.1.0",
+        version=_load("version").__version__,
         package_dir={"": "python"},
         packages=find_packages("python"),
         package_data={"evpack": ["dispatch_table.json"]},

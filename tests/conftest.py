@@ -38,6 +38,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_tool_cache(tmp_path_factory):
+    """SASS runs in the tests keep cuobjdump's output in a tool cache of their own, not the user's
+    (evpack.toolcache); subprocesses inherit it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVPACK_TOOL_CACHE", str(tmp_path_factory.mktemp("tool-cache")))
+        yield
+
+
 @pytest.fixture
 def fake_env(monkeypatch, tmp_path):
     """Run the real pipeline on stand-in stages; returns a function(plan) -> env for subprocesses."""
@@ -52,15 +61,17 @@ def fake_env(monkeypatch, tmp_path):
     return set_plan
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
-    """`python -m evpack ARGS` in a fresh process; with a fake_env plan, on the stand-in stages."""
+def run_cli(*args: str, env: dict | None = None, timeout: int = 120, repo: Path = REPO) -> subprocess.CompletedProcess:
+    """`python -m evpack ARGS` in a fresh process; with a fake_env plan, on the stand-in stages; repo= the
+    evpack of another checkout (a scratch_checkout)."""
     e = dict(env or os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(TESTS), e.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    first = [str(TESTS)] + ([str(repo / "python")] if repo != REPO else [])
+    e["PYTHONPATH"] = os.pathsep.join([*first, e.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     args = list(args)
     if "FAKE_PLAN" in e and args and args[0] in _STAGE_PACKAGE_COMMANDS:
         args += ["--stage-package", FAKE]
     return subprocess.run([sys.executable, "-m", "evpack", *args], capture_output=True, text=True, env=e,
-                          timeout=timeout, cwd=REPO)
+                          timeout=timeout, cwd=repo)
 
 
 def fake_pack(root: Path, **kw) -> Path:
@@ -77,6 +88,57 @@ def verify_fake(pack: Path) -> list[str]:
     from evpack.verify import verify_all
 
     return verify_all(pack, stages=FAKE)[0]
+
+
+def scratch_checkout(dst: Path) -> Path:
+    """A copy of this checkout's sources (what git tracks or would add; artifacts/ left out) in `dst`, made a
+    git repository of one commit: a test that builds the extension builds it there, never in the checkout,
+    whose build outputs (python/evpack/_C*.so, build/) are the user's."""
+    git = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                         capture_output=True)
+    if git.returncode != 0:
+        pytest.skip(f"{REPO} is not a git checkout: no scratch copy of its sources")
+    listed = git.stdout.decode().split("\0")
+    for name in listed:
+        src = REPO / name
+        if name and not name.startswith("artifacts/") and src.is_file() and not src.is_symlink():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / name)
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t")
+    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "commit.gpgsign=false", "commit", "-qm", "scratch"]):
+        subprocess.run(["git", *cmd], cwd=dst, env=env, check=True, capture_output=True)
+    return dst
+
+
+def build_outputs(repo: Path = REPO) -> dict[str, tuple[int, int]]:
+    """(size, mtime) of every build output of a checkout: the extensions and everything under build/."""
+    files = [*(repo / "python" / "evpack").glob("*.so"), *(p for p in (repo / "build").rglob("*") if p.is_file())]
+    out = {}
+    for p in files:
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        out[str(p.relative_to(repo))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def pytest_sessionstart(session):
+    session.config._evpack_build_outputs = build_outputs()  # compared when the session ends
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The tests never write into this checkout's build outputs (a test build goes to a scratch_checkout)."""
+    before = getattr(session.config, "_evpack_build_outputs", None)
+    if before is None:
+        return
+    after = build_outputs()
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if changed:
+        print(f"\nERROR: the tests changed {len(changed)} build output(s) of the checkout {REPO}: "
+              + ", ".join(changed[:10]), file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def copy_pack(src: Path, dst_root: Path) -> Path:

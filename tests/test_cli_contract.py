@@ -6,9 +6,10 @@ import json
 import subprocess
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
-from conftest import REPO, copy_pack, fake_pack, run_cli
+from conftest import REPO, build_outputs, copy_pack, fake_pack, run_cli, scratch_checkout
 
 from evpack.cli import build_parser
 from evpack.pack import reserve_pack_folder
@@ -93,6 +94,44 @@ def test_exit_status_follows_the_requirement(tmp_path, fake_env, plan, require, 
     assert list((tmp_path / "packs").glob("2*"))
 
 
+SHA = "ab" * 32  # the stand-in build's binary (tests/fakestages/_fake.py)
+
+
+@pytest.mark.parametrize("args,plan,require,code,needle", [
+    # `nox -s bench` on a GPU: build and bench passed, bench loaded the build's binary; the pack is partial
+    (["bench"], {"binary": {"bench": SHA}}, "complete", 0, "met by evidence:partial"),
+    (["evidence", "--stages", "bench"], {"binary": {"bench": SHA}}, "complete", 0, "met by evidence:partial"),
+    (["bench"], {"binary": {"bench": SHA}, "bench": "fail"}, "complete", 1, "(performance fail)"),
+    (["bench"], {"binary": {"bench": "cd" * 32}}, "complete", 1, "(one_binary fail)"),  # another binary timed
+    (["bench"], {}, "complete", 1, "(one_binary skipped)"),  # bench recorded no binary: not proven
+    (["bench"], {"bench": "skipped"}, "complete", 1, "(performance skipped, one_binary skipped)"),  # no GPU
+    (["bench"], {"bench": "skipped"}, "partial", 0, "met by evidence:partial"),
+    (["ptxas"], {}, "complete", 0, "gates build, ptxas_resources): met"),
+    (["ptxas"], {"build": "error"}, "partial", 1, "(build error)"),
+])
+def test_a_stage_command_requires_what_it_ran(tmp_path, fake_env, args, plan, require, code, needle):
+    out = run_cli(*args, "--packs-dir", str(tmp_path / "packs"), "--require", require, env=fake_env(plan))
+    assert out.returncode == code, out.stdout + out.stderr
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("requirement ")]
+    assert line.startswith(f"requirement {require} of the stages run (") and needle in line, line
+    assert "verify: OK" in out.stdout
+
+
+def test_the_gates_a_run_decides():
+    from evpack.model import GATE_ORDER, STAGE_GATES
+    from evpack.options import CROSS_GATE_FEEDERS, gates_of_run
+    from evpack.stages.order import STAGE_ORDER, stage_module
+
+    assert gates_of_run(["bench"]) == ("build", "performance", "one_binary")
+    assert gates_of_run(["sass"]) == ("build", "sass_tensor_proof")  # SASS alone leaves one_binary undecided
+    assert gates_of_run(None) == gates_of_run(list(STAGE_ORDER)) == GATE_ORDER
+    assert "performance" not in gates_of_run(["oracles"]) and "gates_live" in gates_of_run(["oracles"])
+    # every cross-stage gate names its feeders, and one_binary's are the stages that load the binary to run it
+    assert set(CROSS_GATE_FEEDERS) == set(GATE_ORDER) - set(STAGE_GATES)
+    runtime = {s for s in STAGE_ORDER if stage_module(s).NEEDS_GPU}
+    assert set(CROSS_GATE_FEEDERS["one_binary"]) == runtime
+
+
 def test_same_second_starts_get_distinct_pack_ids(tmp_path):
     pid = "20261122T120000Z-abcdef123456"
     first, second = reserve_pack_folder(tmp_path, pid), reserve_pack_folder(tmp_path, pid)
@@ -146,7 +185,8 @@ def test_label_verifies_first_and_refuses_incomplete_folders(tmp_path, fake_env)
 @pytest.mark.slow
 def test_forced_spills_make_the_ptxas_command_exit_non_zero(tmp_path):
     """The exit-status contract end to end on a CPU: a real build with forced spills, the real PTXAS
-    stage, a pack labelled failed, exit 1 (docs/running.md: `EVPACK_NVCC_FLAGS=... nox -s ptxas`)."""
+    stage, a pack labelled failed, exit 1 (docs/running.md: `EVPACK_NVCC_FLAGS=... nox -s ptxas`). The build runs in a
+    scratch copy of the checkout: this checkout's own _C and build/ are left as they are."""
     import os
     import shutil
 
@@ -154,14 +194,22 @@ def test_forced_spills_make_the_ptxas_command_exit_non_zero(tmp_path):
 
     if tools.cuda_home() is None or shutil.which("ninja") is None and not tools.find_tool("ninja"):
         pytest.skip("no CUDA toolkit (nvcc) or ninja: the build stage cannot run here")
+    checkout = scratch_checkout(tmp_path / "checkout")
+    before = build_outputs()
     env = dict(os.environ, EVPACK_NVCC_FLAGS="-maxrregcount=32 -Xptxas --override-directive-values",
                EVPACK_VARIANTS="scalar", EVPACK_CUDA_ARCHS="90", EVPACK_CANARIES="0")
     env.pop("FAKE_PLAN", None)
-    out = run_cli("ptxas", "--packs-dir", str(tmp_path / "packs"), env=env, timeout=900)
+    out = run_cli("ptxas", "--require", "partial", "--packs-dir", str(tmp_path / "packs"), env=env, timeout=900,
+                  repo=checkout)  # partial: the same requirement on a CPU and on a GPU machine
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "requirement partial: NOT met by evidence:failed" in out.stdout
-    pj = json.loads(next((tmp_path / "packs").glob("2*/pack.json")).read_text())
+    assert "requirement partial of the stages run (ptxas; gates build, ptxas_resources): NOT met by " \
+           "evidence:failed (ptxas_resources fail)" in out.stdout
+    pack = next((tmp_path / "packs").glob("2*"))
+    pj = json.loads((pack / "pack.json").read_text())
     assert pj["gates"]["ptxas_resources"]["status"] == "fail"
+    built = Path(json.loads((pack / "build" / "binary.json").read_text())["path"])
+    assert built.is_relative_to(checkout) and build_outputs(checkout)
+    assert build_outputs() == before
 
 
 def test_dispatch_table_check_and_refusals(tmp_path, fake_env):

@@ -192,3 +192,30 @@ def test_rebuilt_binary_after_disassembly_fails_one_binary(tmp_path, monkeypatch
     (pack / "build" / "binary.json").write_text(json.dumps(rec))
     out = sass_stage.derive(pack / "sass", pack)
     assert out.status == FAIL and "binary mismatch" in out.reason and binary.sha256_file(obj) in out.reason
+
+
+@needs_cuobjdump
+def test_sass_reuses_the_dump_of_unchanged_device_code_byte_for_byte(tmp_path, monkeypatch):
+    """A rebuild with nothing changed is another file (nvcc's temporary names) with the same device code: the
+    SASS stage hands the pack cuobjdump's earlier output, byte for byte what a fresh run writes, says so in
+    run.json, and still hashes the file it was given (the one-binary check is unchanged)."""
+    monkeypatch.setenv("EVPACK_CUDA_ARCHS", ARCH)
+    monkeypatch.delenv("EVPACK_NVCC_FLAGS", raising=False)
+    monkeypatch.setenv("EVPACK_TOOL_CACHE", str(tmp_path / "cache"))
+    packs = {}
+    for name in ("first", "second", "fresh"):
+        if name == "fresh":
+            monkeypatch.setenv("EVPACK_TOOL_CACHE", "off")
+        pack = tmp_path / name / "pack"
+        obj = _build(pack, "scalar")
+        packs[name] = (pack, obj, _stage(pack, sass_stage))
+    (first, obj1, out1), (second, obj2, out2), (fresh, _, out3) = packs.values()
+    assert binary.sha256_file(obj1) != binary.sha256_file(obj2)
+    runs = {n: json.loads((p / "sass" / "run.json").read_text())["binaries"][0] for n, (p, _, _) in packs.items()}
+    assert "reused" not in runs["first"] and "reused" not in runs["fresh"]
+    assert len(runs["second"]["reused"]["key"]) == 64
+    dumps = {n: (p / "sass" / "evpack._C.sass.gz").read_bytes() for n, (p, _, _) in packs.items()}
+    assert dumps["first"] == dumps["second"] == dumps["fresh"]
+    assert json.loads((second / "sass" / "binary.json").read_text())["sha256"] == binary.sha256_file(obj2)
+    assert out1.status == out2.status == out3.status == PASS
+    assert out2.data["kernels"] == out3.data["kernels"] and out2.data["summary"] == out3.data["summary"]

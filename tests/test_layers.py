@@ -101,3 +101,37 @@ def test_verify_imports_nothing_outside_the_standard_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""
+
+
+def test_no_module_takes_a_name_from_the_package_that_holds_the_op():
+    """evpack/__init__.py holds the torch op (flash_attention): a module that imports a name from it (as
+    pack.py once took __version__) sits above the op. Names live in the module that defines them
+    (version.py, model.py)."""
+    hits = []
+    for path in PACKAGE.rglob("*.py"):
+        name = _module_name(path)
+        if name == "evpack":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module is None and node.level:
+                pkg = (name if path.name == "__init__.py" else name.rsplit(".", 1)[0]).split(".")
+                target = ".".join(pkg[: len(pkg) - node.level + 1])
+                if target == "evpack":
+                    hits += [f"{name}: from {'.' * node.level} import {a.name}" for a in node.names
+                             if f"evpack.{a.name}" not in import_graph_files()]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "evpack":
+                hits += [f"{name}: from evpack import {a.name}" for a in node.names
+                         if f"evpack.{a.name}" not in import_graph_files()]
+    assert hits == []
+
+
+def import_graph_files() -> set[str]:
+    return {_module_name(p) for p in PACKAGE.rglob("*.py")}
+
+
+def test_the_package_exports_the_schema_packs_are_written_with():
+    import evpack
+    from evpack import model, version
+
+    assert evpack.PACK_SCHEMA_VERSION == model.SCHEMA_VERSION and evpack.__version__ == version.__version__
+    assert _imports(PACKAGE / "version.py", "evpack.version") == set()  # a leaf: nothing to pull in

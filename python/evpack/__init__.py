@@ -1,8 +1,8 @@
 """evidence-pack: turn CUDA kernel source into a verifiable evidence pack."""
 from __future__ import annotations
 
-__version__ = "0.1.0"
-PACK_SCHEMA_VERSION = 1
+from .model import SCHEMA_VERSION as PACK_SCHEMA_VERSION  # the schema packs are written with (model.py)
+from .version import __version__
 
 
 def flash_attention(q, k, v, *, causal=False, scale=None, variant=None, config=None):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import merge_cli
 from .jsonio import JsonFileError
-from .options import REQUIREMENTS, STAGE_COMMANDS, SUITES, meets, parse_stages, run_options
+from .options import REQUIREMENTS, STAGE_COMMANDS, SUITES, parse_stages, requirement_verdict, run_options
 from .pack import INCOMPLETE_PREFIX, PackError, ensure_writable, inside_pack, under_packs_folder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -249,7 +249,8 @@ def cmd_evidence(args, selected) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     requirement = args.require or ("complete" if result.has_gpu else "partial")
-    ok = meets(result.label, requirement)
+    gates = {g: v["status"] for g, v in json.loads((result.pack / "pack.json").read_text())["gates"].items()}
+    ok, verdict = requirement_verdict(requirement, result.label, gates, selected)
     problems = []
     if not args.no_verify:
         problems, prov = verify_all(result.pack, stages=args.stage_package)
@@ -257,7 +258,7 @@ def cmd_evidence(args, selected) -> int:
             print(f"verify: {p}", file=sys.stderr)
         print(f"verify: provenance {prov.summary}")
         print(f"verify: {'OK' if not problems else f'{len(problems)} mismatch(es)'}")
-    print(f"requirement {requirement}: {'met' if ok else 'NOT met'} by {result.label}")
+    print(verdict)
     return 0 if ok and not problems else 1
 
 

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import __version__
 from .gitinfo import git_info
+from .version import __version__
 
 ENV_SCHEMA_VERSION = "v1"
 ENV_KEYS = (

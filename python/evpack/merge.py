@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__
 from .binary import sha256_file
 from .jsonio import write_json, write_text
 from .merge_record import (
@@ -47,6 +46,7 @@ from .pack import (
 from .provenance_check import ProvenanceCheck
 from .signing import SigningError, read_allowed_signers, ssh_keygen
 from .verify import check_index, verify_all
+from .version import __version__
 
 log = logging.getLogger("evpack")
 

@@ -102,3 +102,43 @@ def meets(label: str, requirement: str) -> bool:
     if requirement == "complete":
         return label == COMPLETE
     return label in (COMPLETE, PARTIAL)
+
+
+# The stages whose run lets a cross-stage gate decide something: one_binary compares the binary the build
+# made with the one a stage loaded at run time (gates.one_binary_gate: SASS alone leaves it skipped).
+CROSS_GATE_FEEDERS = {"one_binary": ("tensor_proof", "sanitize", "correctness", "stability", "bench")}
+
+
+def gates_of_run(selected: list[str] | None) -> tuple[str, ...]:
+    """The gates a run of the selected stages decides (None: every gate): the gate of each stage it runs,
+    the stages they need included, and each cross-stage gate that one of those stages feeds."""
+    from .model import GATE_ORDER, STAGE_GATES
+    from .stages.order import with_dependencies
+
+    if not selected:
+        return GATE_ORDER
+    ran = set(with_dependencies(selected))
+    return tuple(g for g in GATE_ORDER if (STAGE_GATES[g][0] in ran if g in STAGE_GATES
+                                           else ran.intersection(CROSS_GATE_FEEDERS.get(g, ()))))
+
+
+def requirement_verdict(requirement: str, label: str, gate_status: dict[str, str],
+                        selected: list[str] | None) -> tuple[bool, str]:
+    """(met, the line that says so). A run of every stage meets `complete` with a complete pack and
+    `partial` with a complete or partial one. A run of selected stages (`nox -s bench`) requires what it
+    ran: complete, every gate of those stages passed; partial, none of them failed; and in both, no gate of
+    the pack failed or errored. The gates of stages not selected are skipped and decide nothing."""
+    from .model import ERROR, FAIL, PASS
+
+    if not selected:
+        ok = meets(label, requirement)
+        return ok, f"requirement {requirement}: {'met' if ok else 'NOT met'} by {label}"
+    mine = gates_of_run(selected)
+    failed = [g for g, s in gate_status.items() if s in (FAIL, ERROR)]
+    short = [g for g in mine if gate_status.get(g) != PASS] if requirement == "complete" else []
+    ok = not failed and not short
+    why = "; ".join(part for part in (
+        ", ".join(f"{g} {gate_status[g]}" for g in failed),
+        ", ".join(f"{g} {gate_status.get(g, 'missing')}" for g in short if g not in failed)) if part)
+    return ok, (f"requirement {requirement} of the stages run ({', '.join(selected)}; gates {', '.join(mine)}): "
+                f"{'met' if ok else 'NOT met'} by {label}" + (f" ({why})" if why else ""))

@@ -8,12 +8,12 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__
 from .binary import sha256_file
 from .derivation import Derived
 from .jsonio import read_json, write_json
 from .model import SCHEMA_VERSION, UNINDEXED_FILES, StageOutcome
 from .stages.order import STAGE_ORDER
+from .version import __version__
 
 INCOMPLETE_PREFIX = ".incomplete-"
 PACK_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-z]{5,12}(-dirty)?(-\d+)?$")

@@ -88,7 +88,7 @@ def markdown_to_html(md: str) -> str:
 
 def generator() -> str:
     """The renderer versions actually used (recorded in the page: the rendering is part of the pack)."""
-    from .. import __version__ as evpack_version
+    from ..version import __version__ as evpack_version
 
     versions = []
     for dist in ("markdown-it-py", "jinja2"):

@@ -25,6 +25,9 @@ NEEDS_GPU = False
 TIMEOUT_S = 3600
 REQUIRED_FILES = ("result.json", "build.log")  # raw files a stage that decided pass/fail keeps (verify requires them)
 MODULES = {"_C": "binary.json", "_canaries": "binary_canaries.json"}
+# The ninja and the compiler cache (ccache/sccache, with this build's hits and misses) the build ran:
+# python/evpack/buildtools.py. A view for people; nothing is decided from it.
+BUILD_TOOLS = "build_tools.json"
 
 
 def build_env() -> dict[str, str]:
@@ -71,6 +74,9 @@ def run(ctx: StageContext) -> None:
                                                "sha256": sha256_file(so)})
     _copy_ptxas_logs(ctx.repo, ctx.dir / "ptxas", built)
     _copy_skipped(ctx.repo, ctx.dir)
+    tools_record = ctx.repo / "build" / "tools" / BUILD_TOOLS  # written by setup.py after this build
+    if tools_record.is_file():
+        shutil.copyfile(tools_record, ctx.dir / BUILD_TOOLS)
     _write_kernel_table(ctx, built)
 
 
@@ -164,4 +170,27 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     return (f"- shared object {code(Path(str(d['so_path'])).name)} sha256 {code(d['so_sha256'])}\n"
             f"- archs {code(env.get('EVPACK_CUDA_ARCHS') or 'default (80;89;90;90a)')}, extra nvcc flags "
             f"{code(env.get('EVPACK_NVCC_FLAGS') or 'none')}; {text(d['kernels'])} kernels, "
-            f"{text(d['ptxas_logs'])} PTXAS logs")
+            f"{text(d['ptxas_logs'])} PTXAS logs" + _tools_line(stage_dir / BUILD_TOOLS))
+
+
+
+def _plain(value: object, limit: int = 80) -> str:
+    """A tool's name or version as plain text: letters, digits and . _ + - ( ) / , : only (the record is data)."""
+    return re.sub(r"[^A-Za-z0-9 ._+()/,:-]", "", str(value))[:limit].strip() or "?"
+
+
+def _tools_line(path: Path) -> str:
+    """'- ninja ...; compiler cache ...' from build_tools.json ('' for a pack without one, or an unreadable one)."""
+    try:
+        rec = read_json(path)
+        ninja, cache = dict(rec["ninja"]), dict(rec["compiler_cache"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    line = f"\n- ninja {_plain(ninja.get('version'))}"
+    if cache.get("name") not in ("ccache", "sccache"):
+        return line + "; no compiler cache"
+    counts = cache.get("counts") if isinstance(cache.get("counts"), dict) else {}
+    nums = [counts.get(k) for k in ("hits", "misses", "uncacheable")]
+    tally = (" ({} hits, {} misses, {} uncacheable calls)".format(*nums)
+             if all(isinstance(n, int) and not isinstance(n, bool) for n in nums) else "")
+    return line + f"; compiler cache {_plain(cache.get('version') or cache['name'])}{tally}"

@@ -22,7 +22,7 @@ import gzip
 import subprocess
 from pathlib import Path
 
-from .. import binary, registry, tools
+from .. import binary, registry, toolcache, tools
 from ..parsers import sass, symbols
 from ..reporting.markdown import code, fence, short, text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
@@ -110,8 +110,11 @@ def run(ctx: StageContext) -> None:
         if cuobjdump is None or nvdisasm is None:
             continue
         cmd = [cuobjdump, "--dump-sass", str(path)]
-        proc = subprocess.run(cmd, capture_output=True, env=tools.tool_env(), timeout=TIMEOUT_S - 60)
+        # the output of an earlier run on the same device code and tools, byte for byte, when there is one
+        proc = toolcache.run(cmd, input_path=path, helpers=("nvdisasm",), env=tools.tool_env(), timeout=TIMEOUT_S - 60)
         entry.update(command=" ".join(cmd), rc=proc.returncode, dump=_dump_name(module), dump_bytes=len(proc.stdout))
+        if proc.reused:
+            entry["reused"] = proc.reused  # the tool cache entry (key, when it was made)
         _write_dump(ctx.dir / _dump_name(module), proc.stdout)
         if proc.stderr.strip():
             entry["stderr"] = f"{module}.stderr.txt"
