@@ -178,6 +178,9 @@ CANARIES: tuple[Variant, ...] = (
     Variant("canary_serialized_wgmma", "tensor", "oracles/canaries/serialized_wgmma.cuh", (_cfg(64, 64, 4),),
             "writes the key mask into wgmma accumulators still in flight: ptxas serialises its wgmma",
             expect_caught_by="ptxas", dtypes=("fp16",), head_dims=(64,), archs=("90a",)),
+    Variant("canary_fp16_accum", "tensor", "oracles/canaries/fp16_accum.cuh", (_cfg(64, 64, 4),),
+            "precision downgrade: Q.K^T on mma.sync with fp16 accumulators (HMMA.16816.F16), within the bound on "
+            "normal inputs", expect_caught_by="sass", dtypes=("fp16",), head_dims=(64,)),
 )
 
 

@@ -17,8 +17,9 @@ SOURCE_STAGE = {"memcheck": "sanitize", "racecheck": "sanitize", "initcheck": "s
                 "synccheck": "sanitize", "correctness": "correctness", "stability": "stability",
                 "tensor_proof": "tensor_proof", "bench": "bench"}
 # Build-time gates: their canaries are caught from the build's own tool output, so they are live on a
-# pack made without a GPU too (the PTXAS gate fails a kernel whose wgmma ptxas serialised).
-BUILD_TIME_SOURCE = {"ptxas": "ptxas"}
+# pack made without a GPU too (the PTXAS gate fails a kernel whose wgmma ptxas serialised; the SASS gate
+# fails a tensor kernel whose HMMA accumulates in fp16).
+BUILD_TIME_SOURCE = {"ptxas": "ptxas", "sass": "sass"}
 
 
 def source_stage(gate: str) -> str:
