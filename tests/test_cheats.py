@@ -191,6 +191,23 @@ def test_a_foreign_kernel_in_a_real_variants_call_fails_the_gate(tmp_path):
     assert [bool(r.get("foreign_kernels")) for r in rows] == [False] * (len(rows) - 1) + [True]
 
 
+def test_a_kernel_of_another_variant_in_a_call_is_named_by_its_variant(tmp_path):
+    d = _stage_copy(tmp_path, "tensor_proof", ("mma", *tensor_proof.CANARIES))
+    # mma's last call also ran the scalar kernel of scalar's first call, and the decoy canary's kernel
+    lines = []
+    for src in ("scalar", "canary_decoy_hmma"):
+        text = (FIX / "tensor_proof" / f"{src}.log").read_text(encoding="utf-8").splitlines()
+        first = next(ln for ln in text if ln.startswith('"') and "fwd_kernel" in ln)
+        lines.append(first.replace(first.split(",", 1)[0], f'"{100000 + len(lines)}"', 1))
+    with open(d / "mma.log", "a", encoding="utf-8") as f:
+        f.write("".join(ln + "\n" for ln in lines))
+    out = tensor_proof.derive(d, tmp_path)
+    assert out.status == FAIL
+    assert "kernels of canary canary_decoy_hmma (canary_decoy_hmma/m64n64w2s1/fp16/d64), variant scalar " \
+           "(scalar/m64n64w2s1/fp16/d64) ran during the call of mma/" in out.reason, out.reason
+    assert "not from the extension" not in out.reason
+
+
 # -- 5. timing integrity ------------------------------------------------------------------------------------
 
 def _row(**kw):
