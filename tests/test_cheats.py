@@ -537,3 +537,76 @@ def test_the_bench_refill_keeps_the_pointers_and_changes_every_value():
     refill_in_place(again, 5)
     assert all(torch.equal(a, b) for a, b in zip(qkv, again, strict=True))
 
+
+# -- on a GPU: the oracles themselves catch the four canaries of schema 3 ---------------------------------------
+
+def _built(*names: str) -> None:
+    """Skip unless the extensions hold these variants (build with EVPACK_CANARIES=1)."""
+    import importlib
+    import importlib.util
+
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    have = set()
+    for module in ("evpack._C", "evpack._canaries"):
+        if importlib.util.find_spec(module) is not None:
+            have |= {k[0] for k in importlib.import_module(module).kernels()}
+    missing = [n for n in names if n not in have]
+    if missing:
+        pytest.skip(f"not built: {', '.join(missing)} (python setup.py build_ext --inplace with EVPACK_CANARIES=1)")
+
+
+def _run_oracle_cells(stage_dir: Path, program: str, cells: dict[str, tuple[str, ...]]) -> None:
+    from evpack.stages.procs import Job, oracle_cmd, run_jobs
+
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    jobs = [Job(name, oracle_cmd(REPO, program, "--variant", name, *args, "--out", str(stage_dir / f"{name}.json")),
+                600) for name, args in cells.items()]
+    run_jobs(jobs, stage_dir, REPO)
+
+
+@pytest.mark.gpu
+def test_gpu_stability_catches_the_capture_and_alias_canaries_by_their_checks(tmp_path):
+    _built("scalar", stability.CAPTURE_CANARY, stability.ALIAS_CANARY)
+    d = tmp_path / "stability"
+    launches = ("--launches", "50")
+    _run_oracle_cells(d, "stability.py", {"scalar": launches, stability.CAPTURE_CANARY: launches,
+                                          stability.ALIAS_CANARY: launches})
+    write_json(tmp_path / "pack.json", {"schema_version": 3})
+    out = stability.derive(d, tmp_path)
+    assert out.status == PASS, (out.reason, (d / "scalar.log").read_text()[-2000:])
+    for row in read_json(d / "scalar.json")["rows"]:  # the honest graph: one kernel node, the call's own
+        kernels = [n for n in row["graph"]["nodes"] if n["type"] == "kernel"]
+        assert len(kernels) == 1 and f"cfg_{row['config']}" in kernels[0]["name"], row["graph"]["nodes"]
+    caught = {c["name"]: c for c in out.data["canaries"]}
+    for name in (stability.CAPTURE_CANARY, stability.ALIAS_CANARY):
+        assert caught[name]["caught"], (caught[name], (d / f"{name}.log").read_text()[-2000:])
+    cap = read_json(d / f"{stability.CAPTURE_CANARY}.json")["rows"]
+    assert all(r["graph"]["mismatched_replays"] == 0 and r["graph"]["refill"]["bad_rounds"] == 0 for r in cap)
+    assert "canary_capture_aware/m32n64w1s1" in caught[stability.CAPTURE_CANARY]["reason"]
+
+
+@pytest.mark.gpu
+def test_gpu_correctness_catches_the_family_canary_and_passes_the_fp16_accum_canary(tmp_path):
+    _built("mma", correctness.FAMILY_CANARY, "canary_fp16_accum")
+    d = tmp_path / "correctness"
+    seed = 20261124
+    d.mkdir()
+    write_json(d / correctness.SHORTCUT_FILE, {"generator": correctness.SHORTCUT_GENERATOR, "seed": seed,
+                                               "cases": correctness.shortcut_cases(seed)})
+    family = ("--quick", "--shortcut-seed", str(seed))
+    _run_oracle_cells(d, "correctness.py", {"mma": family, correctness.FAMILY_CANARY: family,
+                                            "canary_fp16_accum": ("--quick",)})
+    status, reason, _ = correctness._variant_status(d, "canary_fp16_accum")  # right on the grid: SASS must catch it
+    assert status == PASS, reason
+    write_json(tmp_path / "pack.json", {"schema_version": 3})
+    procs = read_json(d / "procs.json")  # the stage runs the SASS canary nowhere: derive without it
+    write_json(d / "procs.json", {k: v for k, v in procs.items() if k != "canary_fp16_accum"})
+    out = correctness.derive(d, tmp_path)
+    assert out.status == PASS, out.reason  # mma within the bound on every family, incl. the structured ones
+    dists = {r.get("dist") for r in read_json(d / "mma.json")["rows"]}
+    assert set(correctness.STRUCTURED_FAMILIES) <= dists
+    (entry,) = [c for c in out.data["canaries"] if c["name"] == correctness.FAMILY_CANARY]
+    assert entry["caught"] and "outlier_channels" in entry["observed"], entry
