@@ -158,7 +158,8 @@ STAGE_GATES: dict[str, tuple[str, str]] = {
     "executed_tensor_work": ("tensor_proof", "executed tensor-core FLOPs cover >= 95% of the matrix FLOPs"),
     "sanitizer_clean": ("sanitize", "memcheck, racecheck, initcheck, synccheck report 0"),
     "correctness": ("correctness", "every shape within the flash-attention error bound"),
-    "stability": ("stability", "1000 launches bitwise identical, also under graph replay"),
+    "stability": ("stability", "1000 launches bitwise identical, also under graph replay; the captured graph "
+                               "holds the call's own kernel; earlier outputs stay intact"),
     "gates_live": ("canaries", "every planted fault is caught by its gate"),
     "performance": ("bench", "benchmark ran with same-run SDPA baselines and re-checked outputs"),
 }
