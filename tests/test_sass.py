@@ -368,10 +368,10 @@ def test_the_fp16_accum_canary_holds_f16_accumulators_on_every_arch():
     assert sorted(a for s, a in fns if s == FP16_ACCUM) == ["sm_80", "sm_89", "sm_90"]
     for arch in ("sm_80", "sm_89", "sm_90"):
         fn = fns[(FP16_ACCUM, arch)]
-        # Q.K^T: 2 n-atoms x 4 k-steps x 4 key blocks with fp16 C/D; P.V: 4 k-steps x 4 dim blocks x 2, fp32
-        assert fn.full_forms() == {"HMMA.16816.F16": 32, "HMMA.16816.F32": 32}
-        assert grep_count(text, FP16_ACCUM, arch, r"\*/\s+HMMA\.16816\.F16 ") == 32
-        assert stage.low_precision_accumulation(fn).startswith("accumulates in fp16, not fp32: HMMA.16816.F16 x32 in ")
+        # Q.K^T: 4 key blocks x 2 n-atoms x 4 k-steps, the first k-step with fp16 C/D; P.V: 4 x 4 x 2, fp32
+        assert fn.full_forms() == {"HMMA.16816.F16": 8, "HMMA.16816.F32": 24 + 32}
+        assert grep_count(text, FP16_ACCUM, arch, r"\*/\s+HMMA\.16816\.F16 ") == 8
+        assert stage.low_precision_accumulation(fn).startswith("accumulates in fp16, not fp32: HMMA.16816.F16 x8 in ")
 
 
 def test_honest_tensor_kernels_of_the_fixtures_accumulate_in_f32():
@@ -390,7 +390,7 @@ def test_stage_fails_fp16_accumulation_naming_the_function_and_the_instruction(t
     for r in c["kernels"]:
         first = next(i for i in fns_by_key(fp16_accum_text())[(FP16_ACCUM, r["arch"])].instructions
                      if i.opcode == "HMMA.16816.F16")
-        assert (f"accumulates in fp16, not fp32: HMMA.16816.F16 x32 in {FP16_ACCUM} "
+        assert (f"accumulates in fp16, not fp32: HMMA.16816.F16 x8 in {FP16_ACCUM} "
                 f"(first /*{first.address:04x}*/ {first.text})") == r["reason"]
     assert c["observed"].startswith("sm_80: accumulates in fp16")
 

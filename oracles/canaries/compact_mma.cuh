@@ -11,9 +11,10 @@
 //   sQ (BLOCK_M, D)  sK (BLOCK_N, D)  sV (BLOCK_N, D)   T
 //
 // Policy (what a canary plants):
-//   kF16Scores     S = Q.K^T with fp16 C/D: each 16-deep partial product is summed and rounded in fp16
-//                  (mma .f16.f16.f16.f16, SASS HMMA.16816.F16), then added into the fp32 scores
-//   kv(T, raw)     every 16-byte vector of K and V passes through it on its way to shared memory
+//   kF16ScoreSteps   the first this many 16-deep k-steps of S = Q.K^T run with fp16 C/D: the 16-term partial
+//                    product is summed and rounded in fp16 (mma .f16.f16.f16.f16, SASS HMMA.16816.F16), then
+//                    added into the fp32 scores; the other k-steps accumulate in fp32
+//   kv(T, raw)       every 16-byte vector of K and V passes through it on its way to shared memory
 #pragma once
 
 #include <cstdint>
@@ -52,7 +53,7 @@ struct Smem {
 };
 
 struct Exact {
-  static constexpr bool kF16Scores = false;
+  static constexpr int kF16ScoreSteps = 0;
   template <class T>
   __device__ __forceinline__ static uint4 kv(uint4 raw) { return raw; }
 };
@@ -96,7 +97,7 @@ __device__ __forceinline__ void fwd_block(const FwdParams& p) {
   using L = Smem<Cfg, T, kHeadDim>;
   static_assert(kHeadDim % kAtom == 0 && Cfg::kBlockN % kAtom == 0, "compact_mma: D and BLOCK_N in 16s");
   static_assert(Cfg::kBlockM == kAtom * Cfg::kWarps, "compact_mma: one 16-row atom per warp");
-  static_assert(!Policy::kF16Scores || sizeof(T) == 2, "compact_mma: fp16 scores need 16-bit inputs");
+  static_assert(Policy::kF16ScoreSteps == 0 || sizeof(T) == 2, "compact_mma: fp16 C/D needs 16-bit inputs");
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, D = kHeadDim, kStride = L::kStride;
 
   extern __shared__ __align__(16) unsigned char smem[];
@@ -146,7 +147,7 @@ __device__ __forceinline__ void fwd_block(const FwdParams& p) {
         uint32_t kb[4];  // b0, b1 of n-atom 2nn; b0, b1 of n-atom 2nn + 1
         mma::ldmatrix_x4(kb, smem_u32(sK + (nn * kAtom + (lane / 16) * 8 + lane % 8) * kStride + ks * kAtom +
                                       ((lane / 8) % 2) * 8));
-        if constexpr (Policy::kF16Scores) {
+        if (ks < Policy::kF16ScoreSteps) {  // compile-time after unrolling
           mma_f16_partial(rS[0][2 * nn], rQ[ks], kb[0], kb[1]);
           mma_f16_partial(rS[0][2 * nn + 1], rQ[ks], kb[2], kb[3]);
         } else {

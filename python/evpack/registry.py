@@ -187,8 +187,8 @@ CANARIES: tuple[Variant, ...] = (
             "output aliasing: keeps the previous call's output as its own buffer; call 2 overwrites call 1's output",
             "stability"),
     Variant("canary_fp16_accum", "tensor", "oracles/canaries/fp16_accum.cuh", (_cfg(64, 64, 4),),
-            "precision downgrade: Q.K^T on mma.sync with fp16 accumulators (HMMA.16816.F16), within the bound on "
-            "normal inputs", expect_caught_by="sass", dtypes=("fp16",), head_dims=(64,)),
+            "precision downgrade: part of Q.K^T on mma.sync with fp16 accumulators (HMMA.16816.F16), within the "
+            "bound on normal inputs", expect_caught_by="sass", dtypes=("fp16",), head_dims=(64,)),
     Variant("canary_input_family", "tensor", "oracles/canaries/input_family.cuh", (_cfg(64, 64, 4),),
             "structured-input fast path: K and V saturate at +-512; right on normal, Student-t and sharp inputs, "
             "wrong on outlier channels", expect_caught_by="correctness", dtypes=("fp16",), head_dims=(64,)),
