@@ -38,7 +38,6 @@ export EVPACK_CUDA_ARCHS="${EVPACK_CUDA_ARCHS:-90}" MAX_JOBS="${MAX_JOBS:-$(npro
 
 set +e
 "$PY" - "$work/tree" "$work/pack" "$OUT/table.txt" <<'PYEOF' 2>&1 | tee "$OUT/validate.log"
-import json
 import secrets
 import sys
 import time
