@@ -59,21 +59,90 @@ def cuda_error_text(exc: BaseException) -> str:
 
 def heavy_tailed(shape, gen, df: int = 3) -> torch.Tensor:
     """Student-t samples (df degrees of freedom) in float32: a normal over the root mean square of df normals."""
-    z = torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32)
-    chi = torch.randn((df, *shape), generator=gen, device="cuda", dtype=torch.float32).square().mean(0)
+    z = torch.randn(shape, generator=gen, device=gen.device, dtype=torch.float32)
+    chi = torch.randn((df, *shape), generator=gen, device=gen.device, dtype=torch.float32).square().mean(0)
     return (z / chi.sqrt()).clamp_(-1000.0, 1000.0)
 
 
-def make_inputs(b: int, h: int, s: int, d: int, dtype: str, seed: int, layout: str = "bhsd", dist: str = "normal"):
-    """make_qkv with a choice of distribution: 'normal' (== make_qkv) or 'student_t3' (heavy tails)."""
-    if dist == "normal":
+# Structured input families (stages/correctness.shortcut_cases draws them): the inputs real models produce,
+# where a kernel tuned on Gaussian data may take a wrong fast path. Each starts from the normal inputs of the
+# seed and reshapes them (in float32, before the cast):
+#   sink              key 0 dominates every row: q carries a constant 1 in head dim 0, key 0 is zero but for a
+#                     large value there, so its logit is ln(S) + SINK_EXTRA_LOGIT in every row against the others'
+#                     N(0, 1): ~90% of each row's mass, the other keys keep the rest (causal rows see key 0 too).
+#   outlier_channels  a few head dims (2 or 3, drawn) of q, of k and of v (disjoint) hold +-750..1000, as LLM
+#                     activation outliers do. Scale chosen so fp16 holds every intermediate of the reference:
+#                     |q.k| <= 2 * 3 * 1000 * ~5.5 (a normal's largest draw) ~ 3.3e4 < 65504 before the softmax
+#                     scale, so even PyTorch's fp16 math path (scores rounded to fp16) cannot overflow; logits
+#                     are then in the hundreds (near one-hot rows) and outputs reach 1e3.
+#   ties              every key of a (batch, head) equals its key 0: all scores of a row tie, softmax rows are
+#                     uniform and the output is the mean of the visible values.
+FAMILIES = ("normal", "student_t3", "sink", "outlier_channels", "ties")
+SINK_EXTRA_LOGIT = 3.0
+OUTLIER_RANGE = (750.0, 1000.0)  # |value| of an outlier element
+OUTLIER_CHANNELS = (2, 3)  # head dims per tensor that carry outliers (drawn in this range)
+
+
+def structure(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dist: str, gen: torch.Generator) -> None:
+    """Reshape float32 (B, H, S, D) q, k, v (views allowed) in place into family `dist` (see FAMILIES)."""
+    d, s = q.shape[-1], q.shape[-2]
+    if dist == "sink":
+        q[..., 0] = 1.0
+        k[..., 0, :] = 0.0
+        k[..., 0, 0] = (math.log(s) + SINK_EXTRA_LOGIT) / default_scale(d)
+    elif dist == "outlier_channels":
+        lo, hi = OUTLIER_CHANNELS
+        c = int(torch.randint(lo, hi + 1, (1,), generator=gen, device=gen.device).item())
+        dims = torch.randperm(d, generator=gen, device=gen.device)[: 3 * c].tolist()
+        for i, t in enumerate((q, k, v)):
+            mine = dims[i * c:(i + 1) * c]
+            shape = (*t.shape[:-1], c)
+            mag = torch.empty(shape, device=gen.device, dtype=torch.float32).uniform_(*OUTLIER_RANGE, generator=gen)
+            sign = torch.randint(0, 2, shape, generator=gen, device=gen.device).to(torch.float32) * 2 - 1
+            t[..., mine] = (mag * sign).to(t.device)
+    elif dist == "ties":
+        k.copy_(k[..., :1, :].clone().expand_as(k))
+    else:
+        raise ValueError(f"dist: {dist!r} is not a structured family ({', '.join(FAMILIES[2:])})")
+
+
+def make_inputs(b: int, h: int, s: int, d: int, dtype: str, seed: int, layout: str = "bhsd", dist: str = "normal",
+                device: str = "cuda"):
+    """make_qkv with a choice of input family (FAMILIES): 'normal' (== make_qkv), 'student_t3' (heavy tails),
+    or a structured family ('sink', 'outlier_channels', 'ties': see structure())."""
+    if dist not in FAMILIES:
+        raise ValueError(f"dist: unknown distribution {dist!r} (known: {', '.join(FAMILIES)})")
+    if dist == "normal" and device == "cuda":
         return make_qkv(b, h, s, d, dtype, seed, layout)
-    if dist != "student_t3":
-        raise ValueError(f"dist: unknown distribution {dist!r}")
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     shape = (b, s, h, d) if layout == "bshd" else (b, h, s, d)
-    qkv = [heavy_tailed(shape, g).to(DTYPES[dtype]) for _ in range(3)]
+    if dist == "student_t3":
+        qkv = [heavy_tailed(shape, g) for _ in range(3)]
+    else:
+        qkv = [torch.randn(shape, generator=g, device=device, dtype=torch.float32) for _ in range(3)]
+        if dist != "normal":
+            structure(*[t.transpose(1, 2) if layout == "bshd" else t for t in qkv], dist, g)
+    qkv = [t.to(DTYPES[dtype]) for t in qkv]
     return [t.transpose(1, 2) for t in qkv] if layout == "bshd" else qkv
+
+
+def storage_span(t: torch.Tensor) -> tuple[int, int]:
+    """[start, end) byte addresses of the storage behind `t` (a view shares its base's storage)."""
+    st = t.untyped_storage()
+    return st.data_ptr(), st.data_ptr() + st.nbytes()
+
+
+def storage_overlaps(named: dict[str, torch.Tensor]) -> list[tuple[str, str]]:
+    """Pairs of names whose tensors' storages overlap in memory: an output that is an input, a view of one,
+    another call's output, or a slice of one persistent buffer (a fresh output never shares a storage, so
+    disjoint slices of one count too). Tensors of zero bytes overlap nothing."""
+    spans = [(n, *storage_span(t)) for n, t in named.items()]
+    out = []
+    for i, (a, a0, a1) in enumerate(spans):
+        for b, b0, b1 in spans[i + 1:]:
+            if a0 < a1 and b0 < b1 and a0 < b1 and b0 < a1:
+                out.append((a, b))
+    return out
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:

@@ -8,8 +8,10 @@ element the kernel never writes is caught; q, k and v are compared bit for bit b
 every call, so a kernel that writes its inputs is caught. Inputs are fresh random per trial.
 
 With --shortcut-seed N the oracle also checks the pack's seeded set of shortcut-defeating cases
-(stages/correctness.shortcut_cases: odd S, S = 1, a large S, sharper softmax, heavy tails); every
-row records |ref| so the stage can require the reference to stand far above the bound.
+(stages/correctness.shortcut_cases: odd S, S = 1, a large S, sharper softmax, heavy tails, and the
+structured families of common.FAMILIES: an attention sink, outlier channels, tied keys); every row
+records its input family (`dist`) and |ref|, so the stage can require the reference to stand far above
+the bound.
 
     python oracles/correctness.py --variant wmma --out results.json [--quick] [--shortcut-seed N]
 """

@@ -17,6 +17,13 @@ pointers returns the old output; a launch on any other stream runs before the pr
 has written the inputs. The graph is captured in global capture mode, where a launch
 on the legacy stream is refused.
 
+Capture-aware launches: the captured graph is kept (torch.cuda.CUDAGraph(keep_graph=True)) and its nodes
+are read through the driver (graph_nodes.py); the row records every node, and the stage requires the
+call's own kernel and no other kernel in it. Output aliasing: ALIAS_CALLS calls through the op, each on
+inputs of its own, keep every output alive; after the last one each output must still hold the bits it had
+right after its call and be within the bound of its own inputs, and no output may share memory with any
+input or another output (storage address ranges).
+
     python oracles/stability.py --variant wmma --out results.json [--launches 1000]
 """
 from __future__ import annotations
@@ -25,6 +32,7 @@ import argparse
 import os
 import time
 
+import graph_nodes
 from common import (
     bound_for,
     changed_elements,
@@ -34,6 +42,7 @@ from common import (
     max_err,
     poisoned_out,
     snapshot,
+    storage_overlaps,
     torch,
     write_result,
 )
@@ -41,10 +50,12 @@ from common import (
 from evpack import registry
 from evpack.api import _extension, run_kernel
 from evpack.binary import loaded_binary
+from evpack.stages.stability import alias_problems, graph_kernel_problems
 
 SHAPE = dict(B=2, H=4, S=257, D=64, dtype="fp16")  # a tail tile on purpose
 REFILLS = 4  # in-place refills per phase (each a new seed, each checked against the reference)
 PRODUCER_CYCLES = 20_000_000  # spin of the pending producer, ~10 ms: the host enqueues the rest meanwhile
+ALIAS_CALLS = 4  # calls whose outputs are kept alive and rechecked after the later ones
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -120,11 +131,15 @@ def graph(var, cfg, causal: bool, replays: int) -> dict:
         ref = run_kernel(q, k, v, causal=causal, variant=var.name, config=cfg.name)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
+    g = torch.cuda.CUDAGraph(keep_graph=True)  # kept, so its nodes can be read before the first replay
     t0 = time.perf_counter()
     with torch.cuda.graph(g, capture_error_mode="global"):  # any launch on the legacy stream is refused
         out = run_kernel(q, k, v, causal=causal, variant=var.name, config=cfg.name)
     capture_s = time.perf_counter() - t0
+    try:
+        nodes, nodes_error = graph_nodes.describe(g.raw_cuda_graph()), None
+    except (graph_nodes.GraphInspectionError, OSError, AttributeError) as exc:
+        nodes, nodes_error = None, cuda_error_text(exc)
     mismatched = torch.zeros((), dtype=torch.int64, device="cuda")
     bad = torch.zeros((), dtype=torch.int64, device="cuda")
     changed = changed_elements(qkv, before)
@@ -144,7 +159,35 @@ def graph(var, cfg, causal: bool, replays: int) -> dict:
 
     return {"replays": replays, "mismatched_elements": int(mismatched.item()),
             "mismatched_replays": int(bad.item()), "capture_s": round(capture_s, 6),
-            "inputs_changed": int(changed.item()), "refill": refilled(replay, qkv, causal, seed0=8)}
+            "inputs_changed": int(changed.item()), "refill": refilled(replay, qkv, causal, seed0=8),
+            "nodes": nodes, "nodes_error": nodes_error,
+            "own_kernel": {"variant": var.name, "config": cfg.name, "dtype": SHAPE["dtype"], "D": SHAPE["D"]}}
+
+
+def aliasing(var, cfg, causal: bool) -> dict:
+    """ALIAS_CALLS calls through the op on inputs of their own, every output kept alive; afterwards each output
+    must hold the bits it had right after its call and match its own inputs' reference, and no output may share
+    memory with an input or another output."""
+    calls = []
+    for i in range(ALIAS_CALLS):
+        qkv = make_qkv(SHAPE["B"], SHAPE["H"], SHAPE["S"], SHAPE["D"], SHAPE["dtype"], seed=900 + i)
+        out = run_kernel(*qkv, causal=causal, variant=var.name, config=cfg.name)
+        calls.append((qkv, out, out.clone()))  # the clone is ordered right after this call, before the next
+    torch.cuda.synchronize()
+    overwritten, wrong, worst = [], [], 0.0
+    for i, (qkv, out, right_after) in enumerate(calls):
+        if not torch.equal(_bits(out), _bits(right_after)):
+            overwritten.append(i)
+        ref, _, _, bound = bound_for(*qkv, causal, default_scale(SHAPE["D"]))
+        err = max_err(right_after, ref)
+        if not err <= bound:
+            wrong.append(i)
+            worst = max(worst, err)
+    named = {f"out{i}": out for i, (_, out, _) in enumerate(calls)}
+    named.update({f"{n}{i}": t for i, (qkv, _, _) in enumerate(calls) for n, t in zip("qkv", qkv, strict=True)})
+    overlaps = [[a, b] for a, b in storage_overlaps(named) if a.startswith("out") or b.startswith("out")]
+    return {"calls": ALIAS_CALLS, "overwritten": overwritten, "wrong": wrong, "worst_err": worst,
+            "overlaps": overlaps}
 
 
 def main() -> int:
@@ -159,6 +202,7 @@ def main() -> int:
         for causal in (False, True):
             row = {"variant": var.name, "config": cfg.name, "causal": causal, **SHAPE}
             try:
+                row["alias"] = aliasing(var, cfg, causal)  # first: its calls see no state of the other phases
                 row["eager"] = eager(var, cfg, causal, args.launches)
                 row["graph"] = graph(var, cfg, causal, args.launches)
                 row["error"] = None
@@ -167,7 +211,8 @@ def main() -> int:
                 first_error = first_error or row["error"]
             row["passed"] = bool(row["error"] is None and all(
                 row[p]["mismatched_elements"] == 0 and row[p]["inputs_changed"] == 0
-                and row[p]["refill"]["bad_rounds"] == 0 for p in ("eager", "graph")))
+                and row[p]["refill"]["bad_rounds"] == 0 for p in ("eager", "graph"))
+                and not graph_kernel_problems(row["graph"]) and not alias_problems(row["alias"]))
             rows.append(row)
             if row["error"]:
                 break

@@ -336,3 +336,76 @@ def test_sm90a_only_in_one_variant_requires_nothing_of_the_others(tmp_path):
     assert out.data["problems"] == [] and "off_target" not in out.data
     (c,) = [c for c in out.data["canaries"] if c["name"] == "canary_serialized_wgmma"]
     assert [(r["arch"], r["hgmma"]) for r in c["kernels"]] == [("sm_90a", 8)]
+
+
+# ---- accumulator form: a tensor variant's HMMA/HGMMA must accumulate in F32 -------------------------
+
+FP16_ACCUM_DUMP = FIX / "canary_fp16_accum.sm80_89_90.sass.gz"  # the registry's canary, 3 archs
+ACCUM = FIX / "accum.sm90a.sass"  # accum.cu: wgmma with fp16 and with fp32 accumulators
+FP16_ACCUM = "_ZN6evpack17canary_fp16_accum10fwd_kernelINS0_14cfg_m64n64w4s1E6__halfLi64EEEvNS_9FwdParamsE"
+FP16_ACCUM_KERNEL = {"variant": "canary_fp16_accum", "config": "m64n64w4s1", "dtype": "fp16", "head_dim": 64,
+                     "threads": 128, "dynamic_smem_bytes": 27648, "module": "evpack._C"}
+PROBE_BF16 = PROBE.replace("6__half", "13__nv_bfloat16")
+
+
+def fp16_accum_text() -> str:
+    with gzip.open(FP16_ACCUM_DUMP, "rt", encoding="utf-8") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("opcode,field", [
+    ("HMMA.16816.F32", "F32"), ("HMMA.16816.F32.BF16", "F32"), ("HMMA.16816.F16", "F16"),
+    ("HGMMA.64x64x16.F16", "F16"), ("HGMMA.64x128x16.F32.BF16", "F32"), ("HMMA.1684.F32.TF32", "F32"),
+    ("HMMA", None), ("IMMA.16832.S8.S8", None), ("HFMA2.MMA", None), ("FFMA", None),
+])
+def test_accumulator_field(opcode, field):
+    assert sass.accumulator(opcode) == field
+
+
+def test_the_fp16_accum_canary_holds_f16_accumulators_on_every_arch():
+    text = fp16_accum_text()
+    fns = fns_by_key(text)
+    assert sorted(a for s, a in fns if s == FP16_ACCUM) == ["sm_80", "sm_89", "sm_90"]
+    for arch in ("sm_80", "sm_89", "sm_90"):
+        fn = fns[(FP16_ACCUM, arch)]
+        # Q.K^T: 4 key blocks x 2 n-atoms x 4 k-steps, the first k-step with fp16 C/D; P.V: 4 x 4 x 2, fp32
+        assert fn.full_forms() == {"HMMA.16816.F16": 8, "HMMA.16816.F32": 24 + 32}
+        assert grep_count(text, FP16_ACCUM, arch, r"\*/\s+HMMA\.16816\.F16 ") == 8
+        assert stage.low_precision_accumulation(fn).startswith("accumulates in fp16, not fp32: HMMA.16816.F16 x8 in ")
+
+
+def test_honest_tensor_kernels_of_the_fixtures_accumulate_in_f32():
+    dumps = [multi_text(), EXTRA.read_text(), canary_text()]
+    tensor = [f for text in dumps for f in sass.parse_sass(text) if f.full_forms()]
+    assert len(tensor) >= 10
+    assert all(stage.low_precision_accumulation(f) == "" for f in tensor)
+
+
+def test_stage_fails_fp16_accumulation_naming_the_function_and_the_instruction(tmp_path):
+    out = derive(recorded_pack(tmp_path, fp16_accum_text(), kernels=[FP16_ACCUM_KERNEL]))
+    (c,) = out.data["canaries"]
+    assert c["name"] == "canary_fp16_accum" and c["tool"] == "sass" and c["caught"] is True
+    assert registry.get("canary_fp16_accum", include_canaries=True).expect_caught_by == "sass"
+    assert [r["status"] for r in c["kernels"]] == [FAIL] * 3
+    for r in c["kernels"]:
+        first = next(i for i in fns_by_key(fp16_accum_text())[(FP16_ACCUM, r["arch"])].instructions
+                     if i.opcode == "HMMA.16816.F16")
+        assert (f"accumulates in fp16, not fp32: HMMA.16816.F16 x8 in {FP16_ACCUM} "
+                f"(first /*{first.address:04x}*/ {first.text})") == r["reason"]
+    assert c["observed"].startswith("sm_80: accumulates in fp16")
+
+
+def test_hgmma_with_fp16_accumulators_fails_and_fp32_passes(tmp_path, monkeypatch):
+    probe = dataclasses.replace(registry.get("wmma"), name="hgmma_probe", configs=(registry._cfg(64, 64, 4),),
+                                head_dims=(64,))
+    monkeypatch.setattr(registry, "VARIANTS", registry.VARIANTS + (probe,))
+    kernels = [{"variant": "hgmma_probe", "config": "m64n64w4s1", "dtype": dt, "head_dim": 64, "threads": 128,
+                "dynamic_smem_bytes": 0, "module": "evpack._C"} for dt in ("fp16", "bf16")]
+    out = derive(recorded_pack(tmp_path, ACCUM.read_text(), kernels=kernels))
+    rows = {r["symbol"]: r for r in out.data["kernels"]}
+    assert rows[PROBE_BF16]["status"] == PASS and rows[PROBE_BF16]["tensor_forms"] == {"HGMMA.64x64x16.F32.BF16": 1}
+    bad = rows[PROBE]
+    assert bad["status"] == FAIL and bad["tensor_forms"] == {"HGMMA.64x64x16.F16": 1}
+    assert bad["reason"] == (f"accumulates in fp16, not fp32: HGMMA.64x64x16.F16 x1 in {PROBE} "
+                             "(first /*0060*/ HGMMA.64x64x16.F16 R24, gdesc[UR4], RZ, !UPT, gsb0 ;)")
+    assert out.status == FAIL and "hgmma_probe/m64n64w4s1/fp16/d64 on sm_90a: accumulates in fp16" in out.reason

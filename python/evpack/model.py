@@ -7,6 +7,9 @@ the stage <-> gate mapping, canary records, label decisions and the schema versi
 Schema versions (`pack.json` "schema_version"):
   1  packs of 2026-11-21 (seven canaries, no provenance, no comment.md)
   2  provenance.json (+ optional signature), comment.md, the cheat-class canaries
+  3  the next cheat classes: capture-aware launches, output aliasing, fp16 accumulation and
+     structured-input fast paths, each with its canary; the correctness set's structured input
+     families; the stability graph's kernel nodes and aliasing rechecks
 `verify` accepts every version in KNOWN_SCHEMAS and names an unknown one clearly.
 """
 from __future__ import annotations
@@ -17,8 +20,8 @@ from typing import Any
 PASS, FAIL, ERROR, SKIPPED = "pass", "fail", "error", "skipped"
 STATUSES = (PASS, FAIL, ERROR, SKIPPED)
 
-SCHEMA_VERSION = 2
-KNOWN_SCHEMAS = (1, 2)
+SCHEMA_VERSION = 3
+KNOWN_SCHEMAS = (1, 2, 3)
 
 
 class ModelError(ValueError):
@@ -150,11 +153,13 @@ class PackFacts:
 STAGE_GATES: dict[str, tuple[str, str]] = {
     "build": ("build", "builds with the pinned flags"),
     "ptxas_resources": ("ptxas", "0 spills / 0 stack (or declared budget), smem within arch limit"),
-    "sass_tensor_proof": ("sass", "tensor kernels contain HMMA/HGMMA and no LDL/STL; scalar kernels none"),
+    "sass_tensor_proof": ("sass", "tensor kernels contain HMMA/HGMMA accumulating in F32 and no LDL/STL; "
+                                  "scalar kernels none"),
     "executed_tensor_work": ("tensor_proof", "executed tensor-core FLOPs cover >= 95% of the matrix FLOPs"),
     "sanitizer_clean": ("sanitize", "memcheck, racecheck, initcheck, synccheck report 0"),
     "correctness": ("correctness", "every shape within the flash-attention error bound"),
-    "stability": ("stability", "1000 launches bitwise identical, also under graph replay"),
+    "stability": ("stability", "1000 launches bitwise identical, also under graph replay; the captured graph "
+                               "holds the call's own kernel; earlier outputs stay intact"),
     "gates_live": ("canaries", "every planted fault is caught by its gate"),
     "performance": ("bench", "benchmark ran with same-run SDPA baselines and re-checked outputs"),
 }
@@ -163,23 +168,27 @@ GATE_ORDER = tuple(STAGE_GATES) + CROSS_STAGE_GATES
 GATE_OF_STAGE = {stage: gate for gate, (stage, _q) in STAGE_GATES.items()}
 
 # Gates every pack of a schema version must hold in pack.json (dropping one is a forgery).
-REQUIRED_GATES: dict[int, tuple[str, ...]] = {1: GATE_ORDER, 2: GATE_ORDER}
+REQUIRED_GATES: dict[int, tuple[str, ...]] = {1: GATE_ORDER, 2: GATE_ORDER, 3: GATE_ORDER}
 
 # Canaries (planted faults, registry.CANARIES) that every pack of a schema version must have planted,
 # whatever the pack's own canaries/expected.json says: dropping one from that file leaves its gate
 # unproven. Each entry is a public name, like a gate's.
 _CANARIES_V1 = ("canary_oob_write", "canary_smem_race", "canary_uninit_read", "canary_divergent_sync",
                 "canary_wrong_result", "canary_second_launch", "canary_decoy_hmma")
+_CANARIES_V2 = _CANARIES_V1 + ("canary_memo", "canary_wrong_stream", "canary_partial_write",
+                               "canary_input_mutation", "canary_side_stream", "canary_foreign_work",
+                               "canary_serialized_wgmma")
 REQUIRED_CANARIES: dict[int, tuple[str, ...]] = {
     1: _CANARIES_V1,
-    2: _CANARIES_V1 + ("canary_memo", "canary_wrong_stream", "canary_partial_write", "canary_input_mutation",
-                       "canary_side_stream", "canary_foreign_work", "canary_serialized_wgmma"),
+    2: _CANARIES_V2,
+    3: _CANARIES_V2 + ("canary_capture_aware", "canary_output_alias", "canary_fp16_accum", "canary_input_family"),
 }
 
 # Files at a pack's root, by schema version (index.json is checked separately).
 REQUIRED_ROOT_FILES: dict[int, tuple[str, ...]] = {
     1: ("pack.json", "env.json", "report.md", "report.html"),
     2: ("pack.json", "env.json", "report.md", "report.html", "comment.md"),
+    3: ("pack.json", "env.json", "report.md", "report.html", "comment.md"),
 }
 # Files written after index.json (they name its digest), never listed in it.
 UNINDEXED_FILES = ("index.json", "provenance.json", "provenance.json.sig")

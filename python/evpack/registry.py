@@ -178,6 +178,20 @@ CANARIES: tuple[Variant, ...] = (
     Variant("canary_serialized_wgmma", "tensor", "oracles/canaries/serialized_wgmma.cuh", (_cfg(64, 64, 4),),
             "writes the key mask into wgmma accumulators still in flight: ptxas serialises its wgmma",
             expect_caught_by="ptxas", dtypes=("fp16",), head_dims=(64,), archs=("90a",)),
+    # Two configs whose outputs are bitwise equal: under capture each hands its call to the other's kernel.
+    Variant("canary_capture_aware", "scalar", "oracles/canaries/capture_aware.cuh", (_cfg(64, 64, 2), _cfg(32, 64, 1)),
+            "capture-aware: under CUDA-graph capture the launch hands the call to another config's kernel "
+            "(same bits, another kernel in the graph)", expect_caught_by="stability", dtypes=("fp16",),
+            head_dims=(64,)),
+    _canary("canary_output_alias", "oracles/canaries/output_alias.cuh", "scalar",
+            "output aliasing: keeps the previous call's output as its own buffer; call 2 overwrites call 1's output",
+            "stability"),
+    Variant("canary_fp16_accum", "tensor", "oracles/canaries/fp16_accum.cuh", (_cfg(64, 64, 4),),
+            "precision downgrade: part of Q.K^T on mma.sync with fp16 accumulators (HMMA.16816.F16), within the "
+            "bound on normal inputs", expect_caught_by="sass", dtypes=("fp16",), head_dims=(64,)),
+    Variant("canary_input_family", "tensor", "oracles/canaries/input_family.cuh", (_cfg(64, 64, 4),),
+            "structured-input fast path: K and V saturate at +-512; right on normal, Student-t and sharp inputs, "
+            "wrong on outlier channels", expect_caught_by="correctness", dtypes=("fp16",), head_dims=(64,)),
 )
 
 

@@ -23,6 +23,12 @@ PROOF_OPCODES = ("HMMA", "HGMMA")  # a `tensor` fp16/bf16 variant must contain o
 # On these archs a tensor variant built only for arch-specific targets (registry `archs`, e.g. "90a")
 # must show the warpgroup instruction: an sm_90a-only kernel with HMMA alone is mma.sync, not wgmma.
 ARCH_SPECIFIC_PROOF = {"sm_90a": ("HGMMA",)}
+# Accumulator (C/D) type of a tensor-core instruction: the field after its shape. Checked on the
+# instructions of PROOF_OPCODES: HMMA.16816.F32, HMMA.16816.F32.BF16 and HGMMA.64x128x16.F32(.BF16)
+# accumulate in fp32; HMMA.16816.F16 (mma.sync .f16 C/D, wmma with a half accumulator) and
+# HGMMA.64x64x16.F16 (wgmma .f16 D) accumulate in fp16 (cuobjdump 13.5, sm_80/sm_90/sm_90a).
+ACCUMULATOR_TYPES = {"F32": "fp32", "F16": "fp16"}
+REQUIRED_ACCUMULATOR = "F32"  # a `tensor` variant's HMMA/HGMMA must accumulate in fp32
 LOCAL_MEMORY_OPCODES = ("LDL", "STL")  # local memory traffic (spills, stack arrays)
 # Columns of the per-kernel table: base opcodes counted, plus exact full forms.
 TABLE_OPCODES = ("HMMA", "HGMMA", "FFMA", "HFMA2", "MUFU", "LDSM", "LDGSTS", "LDS", "STS", "LDG", "STG",
@@ -123,6 +129,15 @@ def parse_sass(text: str) -> list[SassFunction]:
             body.append(SassInstruction(int(m["addr"], 16), pred, tokens[0], m["body"].strip() + " ;"))
     close()
     return functions
+
+
+def accumulator(opcode: str) -> str | None:
+    """The accumulator field of an HMMA/HGMMA full form: 'HMMA.16816.F32.BF16' -> 'F32',
+    'HGMMA.64x64x16.F16' -> 'F16'; None for other opcodes or a form without one."""
+    parts = opcode.split(".")
+    if parts[0] not in PROOF_OPCODES or len(parts) < 3:
+        return None
+    return parts[2]
 
 
 def mma_shape(opcode: str) -> tuple[int, int, int] | None:

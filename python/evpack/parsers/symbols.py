@@ -130,3 +130,16 @@ def explain(symbol: str, variants=None) -> str:
     if parsed is None:
         return f"not of the form {_NAMESPACE}::<variant>::{_KERNEL}<cfg_<config>, __half or __nv_bfloat16, D>"
     return _lookup(parsed, registry.variants(include_canaries=True) if variants is None else variants)[1]
+
+
+def describe(symbol: str, variants=None) -> str:
+    """Who a kernel belongs to, in words for a reason (pure): 'variant mma (mma/m128n64w4s2/fp16/d64)',
+    'canary canary_memo (...)', 'an evpack::<variant> kernel the registry does not hold (<why>)', or, for a
+    name outside the scheme (a library or torch kernel), 'not from the extension'."""
+    kid = identify(symbol, variants)
+    if kid is not None:
+        return f"{'canary' if kid.canary else 'variant'} {kid.variant} ({kid.label})"
+    parsed = parse_symbol(symbol)
+    if parsed is not None:
+        return f"an {_NAMESPACE}::{parsed.variant} kernel the registry does not hold ({explain(symbol, variants)})"
+    return "not from the extension"

@@ -18,8 +18,9 @@ SOURCE_STAGE = {"memcheck": "sanitize", "racecheck": "sanitize", "initcheck": "s
                 "synccheck": "sanitize", "correctness": "correctness", "stability": "stability",
                 "tensor_proof": "tensor_proof", "bench": "bench"}
 # Build-time gates: their canaries are caught from the build's own tool output, so they are live on a
-# pack made without a GPU too (the PTXAS gate fails a kernel whose wgmma ptxas serialised).
-BUILD_TIME_SOURCE = {"ptxas": "ptxas"}
+# pack made without a GPU too (the PTXAS gate fails a kernel whose wgmma ptxas serialised; the SASS gate
+# fails a tensor kernel whose HMMA accumulates in fp16).
+BUILD_TIME_SOURCE = {"ptxas": "ptxas", "sass": "sass"}
 
 
 def source_stage(gate: str) -> str:
@@ -78,13 +79,24 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     return StageOutcome(PASS, f"all {len(matrix)} planted faults caught by their gates", {"matrix": matrix})
 
 
+def pack_schema(pack_dir: Path) -> int:
+    """The schema version of the pack being derived: its pack.json's, or the current one for a pack still
+    being made (no pack.json yet) or one whose recorded version this code does not know. Checks that newer
+    schemas require (canaries, input families, graph and aliasing checks) key on it, so packs made by older
+    code keep verifying."""
+    if (pack_dir / "pack.json").is_file():
+        try:
+            recorded = read_json(pack_dir / "pack.json").get("schema_version")
+        except (ValueError, OSError, AttributeError):
+            return SCHEMA_VERSION
+        if recorded in REQUIRED_CANARIES:
+            return recorded
+    return SCHEMA_VERSION
+
+
 def required_canaries(pack_dir: Path) -> tuple[str, ...]:
     """The canaries every pack of this pack's schema must have planted (a running pack: the current schema)."""
-    schema = SCHEMA_VERSION
-    if (pack_dir / "pack.json").is_file():
-        recorded = read_json(pack_dir / "pack.json").get("schema_version")
-        schema = recorded if recorded in REQUIRED_CANARIES else schema
-    return REQUIRED_CANARIES[schema]
+    return REQUIRED_CANARIES[pack_schema(pack_dir)]
 
 
 def _caught_names(matrix: list[dict]) -> str:

@@ -2,9 +2,11 @@
 
 Besides the fixed grid, every pack checks a seeded random set of shortcut-defeating inputs
 (shortcut_cases: S not a multiple of any tile, S = 1, a large S, a softmax sharpened x4 to x12,
-heavy-tailed inputs). The seed is written to shortcut_inputs.json, so derive() re-creates the set
-with the standard library and requires that every case was checked, and that the reference of
-every case stands at least REF_RATIO_MIN x above the bound (else a zero output could pass).
+heavy-tailed inputs, and since generator 2 the structured families of real models: an attention
+sink, outlier channels, tied keys). The seed is written to shortcut_inputs.json, so derive()
+re-creates the set with the standard library and requires that every case was checked, and that
+the reference of every case stands at least REF_RATIO_MIN x above the bound (else a zero output
+could pass). The bound rule is the same for every family.
 """
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import secrets
 from pathlib import Path
 
 from .. import registry
+from ..model import SCHEMA_VERSION
 from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
+from .canaries import pack_schema
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants
 
 NAME = "correctness"
@@ -23,19 +27,31 @@ TIMEOUT_S = 1500
 REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
 BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
 CANARY = "canary_wrong_result"
-CANARIES = (CANARY, "canary_partial_write", "canary_input_mutation")
+FAMILY_CANARY = "canary_input_family"  # right on normal / Student-t / sharp inputs, wrong on a structured family
+CANARIES = (CANARY, "canary_partial_write", "canary_input_mutation", FAMILY_CANARY)
 SHORTCUT_FILE = "shortcut_inputs.json"
-SHORTCUT_GENERATOR = 1  # bump when shortcut_cases changes what a seed gives
+SHORTCUT_GENERATOR = 2  # bump when shortcut_cases changes what a seed gives (older ones stay re-derivable)
+KNOWN_GENERATORS = (1, 2)
+# The oldest generator a pack of a schema version may use (older schemas: any known one). Generator 2 brought
+# the structured families; a schema-3 pack whose set lacks them has not checked them.
+MIN_GENERATOR = {3: 2}
+# oracles/common.FAMILIES beyond normal and Student-t: the inputs real models produce
+STRUCTURED_FAMILIES = ("sink", "outlier_channels", "ties")
 REF_RATIO_MIN = 10.0  # max |ref| / bound: a zero output must miss the bound by this much
 
 
-def shortcut_cases(seed: int) -> list[dict]:
+def shortcut_cases(seed: int, generator: int = SHORTCUT_GENERATOR) -> list[dict]:
     """The shortcut-defeating cases of one seed: pure Python (random.Random), so `verify` re-derives them.
 
     Per (dtype, head dim): two S drawn in [2, 1024) and one in [4097, 8192), none a multiple of 16 (every
     tile is a multiple of 16), S = 1, a softmax sharpened by a factor drawn in [4, 12], and Student-t
-    (3 degrees of freedom) inputs; batch, heads, causal flag and input seed drawn too.
+    (3 degrees of freedom) inputs; batch, heads, causal flag and input seed drawn too. Generator 2 adds,
+    each at an S drawn in [65, 1024) not a multiple of 16, the structured families (STRUCTURED_FAMILIES,
+    built by oracles/common.structure): an attention sink, outlier channels and tied keys. `generator`
+    re-creates the set an older pack recorded.
     """
+    if generator not in KNOWN_GENERATORS:
+        raise ValueError(f"shortcut generator {generator!r} is unknown (known: {KNOWN_GENERATORS})")
     rng = random.Random(seed)
 
     def odd_seqlen(lo: int, hi: int) -> int:
@@ -51,6 +67,8 @@ def shortcut_cases(seed: int) -> list[dict]:
                     ("s1", 1, "normal", 1.0), ("large", odd_seqlen(4097, 8192), "normal", 1.0),
                     ("sharp", odd_seqlen(65, 1024), "normal", round(rng.uniform(4.0, 12.0), 3)),
                     ("heavy_tail", odd_seqlen(65, 1024), "student_t3", 1.0)]
+            if generator >= 2:
+                plan += [(family, odd_seqlen(65, 1024), family, 1.0) for family in STRUCTURED_FAMILIES]
             for kind, s, dist, mult in plan:
                 b, h = (1, 1) if kind == "large" else (rng.randint(1, 3), rng.randint(1, 4))
                 cases.append(dict(case=f"{kind}-{dtype}-d{d}-{len(cases)}", B=b, H=h, S=s, D=d, dtype=dtype,
@@ -63,14 +81,24 @@ def run(ctx: StageContext) -> None:
     seed = secrets.randbits(32)
     write_json(ctx.dir / SHORTCUT_FILE, {"generator": SHORTCUT_GENERATOR, "seed": seed,
                                          "cases": shortcut_cases(seed)})
-    jobs = [Job(v.name, oracle_cmd(ctx.repo, "correctness.py", "--variant", v.name, "--shortcut-seed", str(seed),
-                                   "--out", str(ctx.dir / f"{v.name}.json")), 900)
-            for v in selected_variants(ctx.options)]
-    for c in CANARIES:
-        jobs.append(Job(c, oracle_cmd(ctx.repo, "correctness.py", "--variant", c, "--quick", "--out",
-                                      str(ctx.dir / f"{c}.json")), 300))
+    jobs = oracle_jobs(ctx.repo, ctx.dir, [v.name for v in selected_variants(ctx.options)], CANARIES, seed)
     run_jobs(jobs, ctx.dir, ctx.repo, gpus=ctx.options.get("gpus"))
     record_binary(ctx.dir, [ctx.dir / f"{j.name}.json" for j in jobs if j.name not in CANARIES])
+
+
+def oracle_jobs(repo: Path, stage_dir: Path, variants: list[str], canaries, seed: int,
+                quick: bool = False) -> list[Job]:
+    """One oracle process per variant (the full grid, or with `quick` the reduced one, + the seeded shortcut set)
+    and per canary (the quick grid; the family canary, right on the normal grid, with the seeded set too: only
+    its families can catch it)."""
+    grid = ("--quick",) if quick else ()
+    jobs = [Job(v, oracle_cmd(repo, "correctness.py", "--variant", v, *grid, "--shortcut-seed", str(seed),
+                              "--out", str(stage_dir / f"{v}.json")), 900) for v in variants]
+    for c in canaries:
+        family = ("--shortcut-seed", str(seed)) if c == FAMILY_CANARY else ()
+        jobs.append(Job(c, oracle_cmd(repo, "correctness.py", "--variant", c, "--quick", *family, "--out",
+                                      str(stage_dir / f"{c}.json")), 300))
+    return jobs
 
 
 def _variant_status(stage_dir: Path, name: str) -> tuple[str, str, list[dict]]:
@@ -111,16 +139,29 @@ def _cheat_notes(bad: list[dict]) -> str:
     return "".join(f"; {n}" for n in notes)
 
 
-def shortcut_problems(stage_dir: Path, rows_by_variant: dict[str, list[dict]]) -> list[str]:
-    """Why the seeded shortcut set is not fully proven (empty when it is): re-derived from the seed."""
+def least_generator(schema: int) -> int:
+    """The oldest shortcut generator a pack of `schema` may have used."""
+    return max([g for s, g in MIN_GENERATOR.items() if s <= schema], default=KNOWN_GENERATORS[0])
+
+
+def shortcut_problems(stage_dir: Path, rows_by_variant: dict[str, list[dict]], *,
+                      schema: int = SCHEMA_VERSION) -> list[str]:
+    """Why the seeded shortcut set is not fully proven (empty when it is): re-derived from the seed with the
+    generator the pack recorded, which must be one the pack's schema allows."""
     try:
         rec = read_json(stage_dir / SHORTCUT_FILE)
         seed, written = rec["seed"], rec["cases"]
     except (FileNotFoundError, KeyError, ValueError, TypeError) as exc:
         return [f"{SHORTCUT_FILE} unreadable ({exc})"]
-    if rec.get("generator") != SHORTCUT_GENERATOR:
-        return [f"{SHORTCUT_FILE}: generator {rec.get('generator')!r} is not {SHORTCUT_GENERATOR}"]
-    cases = shortcut_cases(seed)
+    generator = rec.get("generator")
+    if generator not in KNOWN_GENERATORS:
+        return [f"{SHORTCUT_FILE}: generator {generator!r} is not one this code knows "
+                f"({', '.join(map(str, KNOWN_GENERATORS))})"]
+    if generator < least_generator(schema):
+        return [f"{SHORTCUT_FILE}: generator {generator} predates the structured input families "
+                f"({', '.join(STRUCTURED_FAMILIES)}) every schema-{schema} pack checks (generator >= "
+                f"{least_generator(schema)})"]
+    cases = shortcut_cases(seed, generator)
     if written != cases:
         return [f"{SHORTCUT_FILE}: its cases are not what seed {seed} gives"]
     problems = []
@@ -156,17 +197,14 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         per_variant[n] = {"status": status, "reason": reason, "cases": len(rows),
                           "min_margin": min((r["margin"] for r in rows), default=None),
                           "max_err": max((r["max_err"] for r in rows), default=None)}
-    canaries = []
-    for c in (c for c in CANARIES if c in procs):
-        c_status, c_reason, _ = _variant_status(stage_dir, c)
-        canaries.append({"name": c, "expected": "fail", "observed": c_status, "caught": c_status == FAIL,
-                         "reason": c_reason})
+    canaries = [_canary_entry(stage_dir, c) for c in CANARIES if c in procs]
     status = worst(s for s, _ in results.values())
     reason = "; ".join(r for s, r in results.values() if s != PASS) or \
         f"{sum(v['cases'] for v in per_variant.values())} cases within the bound for {', '.join(names)}"
     data = {"variants": per_variant, "canaries": canaries}
     if (stage_dir / SHORTCUT_FILE).exists():  # packs before the shortcut set have no such file
-        problems = shortcut_problems(stage_dir, {n: rows for n, rows in all_rows.items() if rows})
+        problems = shortcut_problems(stage_dir, {n: rows for n, rows in all_rows.items() if rows},
+                                     schema=pack_schema(pack_dir))
         shortcut_rows = [r for rows in all_rows.values() for r in rows if r.get("set") == "shortcut"]
         data["shortcut"] = {"seed": read_json(stage_dir / SHORTCUT_FILE).get("seed"), "rows": len(shortcut_rows),
                             "problems": problems,
@@ -178,6 +216,20 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         elif status == PASS:
             reason += f" (incl. {len(shortcut_rows)} seeded shortcut cases, seed {data['shortcut']['seed']})"
     return StageOutcome(status, reason, data)
+
+
+def _canary_entry(stage_dir: Path, name: str) -> dict:
+    """The canary's row of the matrix: caught when this gate failed it; the family canary only when a case of
+    a structured family failed (its fault is invisible to the normal grid and to the older families)."""
+    status, reason, rows = _variant_status(stage_dir, name)
+    entry = {"name": name, "expected": "fail", "observed": status, "caught": status == FAIL, "reason": reason}
+    if name == FAMILY_CANARY:
+        failed = sorted({r.get("dist", "normal") for r in rows if not r["passed"]})
+        structured = [f for f in failed if f in STRUCTURED_FAMILIES]
+        entry.update(expected=f"fail on a structured family ({', '.join(STRUCTURED_FAMILIES)})",
+                     caught=status == FAIL and bool(structured),
+                     observed=f"{status}: failed families {', '.join(failed) or 'none'}")
+    return entry
 
 
 def _fmt(x) -> str:

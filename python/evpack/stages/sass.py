@@ -8,18 +8,22 @@ keep the dump verbatim as sass/<module>.sass, plus parsed histograms.
 derive(): re-parses the dumps. Gates per kernel symbol x arch:
   - the disassembled file is the one the build recorded (SHA-256 equal), else fail;
   - the symbol names a registry kernel, else fail (unknown kernel);
-  - `tensor` variant: >= 1 HMMA/HGMMA and no LDL/STL; `scalar` variant: no tensor-core math
-    at all (exact opcodes: HFMA2.MMA is a CUDA-core instruction and does not count);
+  - `tensor` variant: >= 1 HMMA/HGMMA, every one accumulating in F32 (sass.ACCUMULATOR_TYPES: an
+    `HMMA.16816.F16` / `HGMMA.*.F16` accumulator is fp16 accumulation, a precision downgrade), and no
+    LDL/STL; `scalar` variant: no tensor-core math at all (exact opcodes: HFMA2.MMA is a CUDA-core
+    instruction and does not count);
   - a `tensor` variant built only for arch-specific targets (registry `archs`, e.g. 90a): on those
     archs the warpgroup opcode of sass.ARCH_SPECIFIC_PROOF (HGMMA on sm_90a), not only HMMA;
   - every built kernel is in the dump on every arch the dump holds that its variant targets, else error.
 Rows of a variant on an arch outside its registry `archs` (stubs) decide nothing (data["off_target"]).
-Canary results go under data["canaries"] (the decoy canary is expected to pass here).
+Canary results go under data["canaries"] (the decoy canary is expected to pass here; canary_fp16_accum,
+a tensor kernel with fp16 accumulators, must fail: the canary matrix reads it as this gate's liveness).
 """
 from __future__ import annotations
 
 import gzip
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 from .. import binary, registry, toolcache, tools
@@ -178,6 +182,8 @@ def kernel_row(module: str, fn: sass.SassFunction, kid: symbols.KernelId | None,
         local = {op: hist.get(op, 0) for op in sass.LOCAL_MEMORY_OPCODES if hist.get(op, 0)}
         if local:
             reasons.append("local-memory traffic: " + ", ".join(f"{op} x{n}" for op, n in local.items()))
+        if low := low_precision_accumulation(fn):
+            reasons.append(low)
     elif kid.kind == "scalar":
         if row["tensor_math"]:
             reasons.append("scalar variant with tensor-core math: "
@@ -187,6 +193,21 @@ def kernel_row(module: str, fn: sass.SassFunction, kid: symbols.KernelId | None,
     row["status"] = FAIL if reasons else PASS
     row["reason"] = "; ".join(reasons)
     return row
+
+
+def low_precision_accumulation(fn: sass.SassFunction) -> str:
+    """Why `fn` (a tensor variant's function) does not accumulate in fp32 ('' when every HMMA/HGMMA does):
+    the function, each offending full form with its count, and the first such instruction as printed."""
+    bad = [i for i in fn.instructions if i.base in sass.PROOF_OPCODES
+           and sass.accumulator(i.opcode) != sass.REQUIRED_ACCUMULATOR]
+    if not bad:
+        return ""
+    forms = Counter(i.opcode for i in bad)
+    kinds = sorted({sass.ACCUMULATOR_TYPES.get(sass.accumulator(i.opcode) or "", "an unreadable type") for i in bad})
+    first = bad[0]
+    return (f"accumulates in {' and '.join(kinds)}, not fp32: "
+            + ", ".join(f"{op} x{n}" for op, n in sorted(forms.items()))
+            + f" in {fn.symbol} (first /*{first.address:04x}*/ {first.text})")
 
 
 def _histogram(module: str, fn: sass.SassFunction) -> dict:
@@ -308,7 +329,7 @@ def _reason(status: str, main: list[dict], failures: list[str], problems: list[s
         hg = sum(1 for r in main if r["kind"] == "tensor" and r["hgmma"])
         with_hgmma = f" ({hg} with HGMMA)" if hg else ""
         return (f"{len(main)} kernel x arch rows on {', '.join(archs)}: {t} tensor rows with HMMA/HGMMA{with_hgmma} "
-                f"and no LDL/STL, {len(main) - t} scalar rows with no tensor-core math")
+                f"accumulating in F32 and no LDL/STL, {len(main) - t} scalar rows with no tensor-core math")
     bad = [f"{_short(r)}: {r['reason']}" for r in main if r["status"] in (FAIL, ERROR)]
     items = problems + failures + bad if status == ERROR else failures + bad + problems
     return f"{len(items)} problem(s); first: {items[0]}" if items else status

@@ -5,13 +5,22 @@ diagnostic replay; and the second-launch canary, which this gate must catch.
 Packs since the stale-result and stream checks also hold, per phase, in-place refills of the
 inputs on a side stream behind a pending producer (oracles/stability.py), NaN-poisoned outputs
 and an input comparison; their canaries (a pointer-keyed memo, a launch on the legacy stream)
-must be caught here too."""
+must be caught here too.
+
+Schema-3 packs also hold, per row, the nodes of the captured graph (kernel nodes by mangled name:
+the graph must hold the call's own kernel and no other, graph_kernel_problems) and an aliasing
+phase (outputs of earlier calls kept alive and rechecked, storage overlap with the inputs:
+alias_problems); derive() decides both from those records, and requires them in schema-3 packs.
+Their canaries: canary_capture_aware (another kernel under capture, same bits) and
+canary_output_alias (call 2 overwrites call 1's output), each caught only when its own check fired."""
 from __future__ import annotations
 
 from pathlib import Path
 
+from ..parsers.symbols import describe, parse_symbol
 from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst
+from .canaries import pack_schema
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants
 
 NAME = "stability"
@@ -20,27 +29,91 @@ TIMEOUT_S = 1200
 REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
 BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
 CANARY = "canary_second_launch"
-CANARIES = (CANARY, "canary_memo", "canary_wrong_stream")
+CAPTURE_CANARY, ALIAS_CANARY = "canary_capture_aware", "canary_output_alias"
+CANARIES = (CANARY, "canary_memo", "canary_wrong_stream", CAPTURE_CANARY, ALIAS_CANARY)
+# The check each of these canaries must be caught by (the others: any failure of this gate).
+CANARY_CHECK = {CAPTURE_CANARY: "graph_kernel", ALIAS_CANARY: "alias"}
+NEW_CHECKS_SCHEMA = 3  # packs of this schema on record the graph nodes and the aliasing phase
 DIAG_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "TORCH_USE_CUDA_DSA": "1"}
 LAUNCHES = 1000
 
 
 def run(ctx: StageContext) -> None:
-    jobs = []
-    for v in selected_variants(ctx.options):
-        jobs.append(Job(v.name, oracle_cmd(ctx.repo, "stability.py", "--variant", v.name, "--launches",
-                                           str(LAUNCHES), "--out", str(ctx.dir / f"{v.name}.json")), 300))
-        jobs.append(Job(f"{v.name}.diagnostic", oracle_cmd(
-            ctx.repo, "stability.py", "--variant", v.name, "--launches", "100", "--out",
-            str(ctx.dir / f"{v.name}.diagnostic.json")), 300, env=DIAG_ENV))
-    for c in CANARIES:
-        jobs.append(Job(c, oracle_cmd(ctx.repo, "stability.py", "--variant", c, "--launches",
-                                      str(LAUNCHES), "--out", str(ctx.dir / f"{c}.json")), 300))
+    jobs = oracle_jobs(ctx.repo, ctx.dir, [v.name for v in selected_variants(ctx.options)], CANARIES)
     run_jobs(jobs, ctx.dir, ctx.repo, gpus=ctx.options.get("gpus"))
     record_binary(ctx.dir, [ctx.dir / f"{j.name}.json" for j in jobs if j.name not in CANARIES])
 
 
-def _cell(stage_dir: Path, name: str) -> tuple[str, str, dict]:
+def oracle_jobs(repo: Path, stage_dir: Path, variants: list[str], canaries, launches: int = LAUNCHES,
+                diagnostic: bool = True) -> list[Job]:
+    """One oracle process per variant (and its CUDA_LAUNCH_BLOCKING replay) and per canary."""
+    jobs = []
+    for v in variants:
+        jobs.append(Job(v, oracle_cmd(repo, "stability.py", "--variant", v, "--launches", str(launches), "--out",
+                                      str(stage_dir / f"{v}.json")), 300))
+        if diagnostic:
+            jobs.append(Job(f"{v}.diagnostic", oracle_cmd(repo, "stability.py", "--variant", v, "--launches", "100",
+                                                          "--out", str(stage_dir / f"{v}.diagnostic.json")),
+                            300, env=DIAG_ENV))
+    for c in canaries:
+        jobs.append(Job(c, oracle_cmd(repo, "stability.py", "--variant", c, "--launches", str(launches), "--out",
+                                      str(stage_dir / f"{c}.json")), 300))
+    return jobs
+
+
+def graph_kernel_problems(graph_row: dict) -> list[str]:
+    """Why a captured graph does not hold exactly the call's own kernel (empty when it does): the nodes were not
+    read, no kernel node, a kernel node of another kernel (named: the variant and config it belongs to, or
+    'not from the extension'), or a node whose body is not inspected (conditional). Pure."""
+    if graph_row.get("nodes") is None:
+        return [f"graph nodes not read ({graph_row.get('nodes_error')})"]
+    own = graph_row["own_kernel"]
+    want = (own["variant"], own["config"], own["dtype"], own["D"])
+    kernels = [n for n in graph_row["nodes"] if n.get("type") == "kernel"]
+    problems = [f"a {n['type']} node (its body is not inspected)" for n in graph_row["nodes"]
+                if n.get("type") == "conditional"]
+    if not kernels:
+        problems.append("no kernel node")
+    for n in kernels:
+        name = n.get("name") or ""
+        parsed = parse_symbol(name)
+        if parsed is None or (parsed.variant, parsed.config, parsed.dtype, parsed.head_dim) != want:
+            problems.append(f"a kernel of {describe(name) if name else 'no name'}")
+    return problems
+
+
+def alias_problems(alias_row: dict) -> list[str]:
+    """What the aliasing phase saw (empty when clean): outputs changed after later calls, outputs out of bound
+    for their own inputs, outputs sharing memory with inputs or other outputs. Pure."""
+    notes = []
+    if alias_row["overwritten"]:
+        notes.append(f"outputs of calls {alias_row['overwritten']} of {alias_row['calls']} changed after later "
+                     f"calls")
+    if alias_row["wrong"]:
+        notes.append(f"outputs of calls {alias_row['wrong']} out of bound for their own inputs "
+                     f"(err {alias_row['worst_err']:.3g})")
+    if alias_row["overlaps"]:
+        notes.append("outputs share memory with " + ", ".join(f"{a}/{b}" for a, b in alias_row["overlaps"][:4]))
+    return notes
+
+
+def row_checks(row: dict, schema: int) -> dict[str, list[str]]:
+    """The problems of one row's schema-3 checks by name ("graph_kernel", "alias"); a check a schema-3 row does
+    not record is a problem (a gate that did not run is never a pass), one an older row lacks is not asked."""
+    checks: dict[str, list[str]] = {}
+    graph_row, alias_row = row.get("graph"), row.get("alias")
+    if graph_row is not None and "nodes" in graph_row:
+        checks["graph_kernel"] = graph_kernel_problems(graph_row)
+    elif schema >= NEW_CHECKS_SCHEMA and row.get("error") is None:
+        checks["graph_kernel"] = ["its nodes were not recorded"]
+    if alias_row is not None:
+        checks["alias"] = alias_problems(alias_row)
+    elif schema >= NEW_CHECKS_SCHEMA and row.get("error") is None:
+        checks["alias"] = ["the phase was not recorded"]
+    return checks
+
+
+def _cell(stage_dir: Path, name: str, schema: int) -> tuple[str, str, dict]:
     problem = proc_problem(stage_dir, name)
     if problem:
         return ERROR, problem, {}
@@ -53,16 +126,24 @@ def _cell(stage_dir: Path, name: str) -> tuple[str, str, dict]:
         return ERROR, f"{name}: no config was checked", res
     if res.get("first_error"):
         return FAIL, f"{name}: CUDA error: {res['first_error']}", res
-    bad = [r for r in rows if not r["passed"]]
+    failed_checks = {i: {c: p for c, p in row_checks(r, schema).items() if p} for i, r in enumerate(rows)}
+    res["failed_checks"] = sorted({c for f in failed_checks.values() for c in f})
+    bad = [i for i, r in enumerate(rows) if not r["passed"] or failed_checks[i]]
     if bad:
-        r = bad[0]
-        return FAIL, (f"{name}: {r['config']} causal={r['causal']}: {r['eager']['mismatched_launches']} eager "
-                      f"launches and {r['graph']['mismatched_replays']} graph replays differ bitwise"
-                      + _new_checks(r)), res
+        r, checks = rows[bad[0]], failed_checks[bad[0]]
+        launches, replays = r["eager"]["mismatched_launches"], r["graph"]["mismatched_replays"]
+        parts = [f"{launches} eager launches and {replays} graph replays differ bitwise"] if (
+            launches or replays or not checks) else []
+        parts += [f"captured graph: {'; '.join(checks['graph_kernel'])}"] if "graph_kernel" in checks else []
+        parts += [f"aliasing: {'; '.join(checks['alias'])}"] if "alias" in checks else []
+        return FAIL, f"{name}: {r['config']} causal={r['causal']}: " + "; ".join(parts) + _new_checks(r), res
     n = rows[0]["eager"]["launches"]
     extra = ""
     if "refill" in rows[0]["eager"]:
         extra = f", {rows[0]['eager']['refill']['rounds']} + {rows[0]['graph']['refill']['rounds']} in-place refills"
+    if "alias" in rows[0]:
+        extra += (f", {rows[0]['alias']['calls']} kept outputs rechecked, each captured graph holding its own "
+                  f"kernel only")
     return PASS, f"{name}: {len(rows)} config x causal cells bitwise stable over {n} launches + {n} replays{extra}", res
 
 
@@ -84,11 +165,12 @@ def _new_checks(row: dict) -> str:
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     procs = read_json(stage_dir / "procs.json")
+    schema = pack_schema(pack_dir)
     cells, data = {}, {"variants": {}, "diagnostic": {}}
     for name in procs:
         if name in CANARIES:
             continue
-        status, reason, res = _cell(stage_dir, name)
+        status, reason, res = _cell(stage_dir, name, schema)
         cells[name] = (status, reason)
         key = "diagnostic" if name.endswith(".diagnostic") else "variants"
         data[key][name] = {"status": status, "reason": reason, "first_error": res.get("first_error"),
@@ -96,9 +178,14 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
                                                if r.get("graph")]}
     data["canaries"] = []
     for c in (c for c in CANARIES if c in procs):
-        c_status, c_reason, _ = _cell(stage_dir, c)
-        data["canaries"].append({"name": c, "expected": "fail", "observed": c_status, "caught": c_status == FAIL,
-                                 "reason": c_reason})
+        c_status, c_reason, res = _cell(stage_dir, c, schema)
+        entry = {"name": c, "expected": "fail", "observed": c_status, "caught": c_status == FAIL, "reason": c_reason}
+        if c in CANARY_CHECK:  # caught only by the check it plants a fault for
+            check = CANARY_CHECK[c]
+            fired = res.get("failed_checks", [])
+            entry.update(expected=f"fail by the {check} check", caught=c_status == FAIL and check in fired,
+                         observed=f"{c_status}: failed checks {', '.join(fired) or 'none'}")
+        data["canaries"].append(entry)
     status = worst(s for s, _ in cells.values())
     reason = "; ".join(r for s, r in cells.values() if s != PASS) or \
         f"{len(cells)} runs stable (incl. CUDA_LAUNCH_BLOCKING=1 TORCH_USE_CUDA_DSA=1 replays)"

@@ -4,16 +4,16 @@ must execute no tensor math; the decoy canary (HMMA in SASS, math on CUDA cores)
 
 Since the foreign-work check, ncu profiles every kernel in the target's profiled range (no name
 filter; a marker kernel before each call, ncu.split_at_markers): a kernel during our op that is not
-this call's own `evpack::<variant>::fwd_kernel<cfg_<config>, T, D>` (a library or torch kernel)
-fails the call, and only our kernels' tensor FLOPs count. The foreign-work canary (cuBLAS does the
-matrix products) must fail that way."""
+this call's own `evpack::<variant>::fwd_kernel<cfg_<config>, T, D>` (a library or torch kernel, or the
+kernel of another registered variant or config, which the reason names) fails the call, and only our
+kernels' tensor FLOPs count. The foreign-work canary (cuBLAS does the matrix products) must fail that way."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from .. import registry
 from ..parsers.ncu import COVERAGE_MIN, METRICS, parse_ncu_csv, split_at_markers
-from ..parsers.symbols import parse_symbol
+from ..parsers.symbols import describe, parse_symbol
 from ..reporting.markdown import text  # report_md: every pack value escaped
 from ..tools import find_tool
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
@@ -146,10 +146,21 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
 
 
 def _foreign_note(row: dict) -> str:
-    if not row.get("foreign_kernels"):
+    """Which kernels other than the call's own ran: another registered variant's (or config's) kernel is named
+    by its variant; a library or torch kernel is 'not from the extension'."""
+    foreign = row.get("foreign_kernels")
+    if not foreign:
         return ""
-    return (f"; {len(row['foreign_kernels'])} kernels not from the extension ran during the call "
-            f"(first {row['foreign_kernels'][0][:80]})")
+    owners = [describe(k) for k in foreign]
+    ours = sorted({o for o in owners if o != "not from the extension"})
+    others = [k for k, o in zip(foreign, owners, strict=True) if o == "not from the extension"]
+    notes = []
+    if ours:
+        notes.append(f"kernels of {', '.join(ours)} ran during the call of {row['variant']}/{row['config']}, "
+                     f"not its own")
+    if others:
+        notes.append(f"{len(others)} kernels not from the extension ran during the call (first {others[0][:80]})")
+    return "".join(f"; {n}" for n in notes)
 
 
 def _foreign_canary(stage_dir: Path) -> dict:
