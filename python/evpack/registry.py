@@ -178,6 +178,12 @@ CANARIES: tuple[Variant, ...] = (
     Variant("canary_serialized_wgmma", "tensor", "oracles/canaries/serialized_wgmma.cuh", (_cfg(64, 64, 4),),
             "writes the key mask into wgmma accumulators still in flight: ptxas serialises its wgmma",
             expect_caught_by="ptxas", dtypes=("fp16",), head_dims=(64,), archs=("90a",)),
+    _canary("canary_content_cache", "oracles/canaries/content_cache.cuh", "scalar",
+            "content-keyed cache: a per-CTA copy of each output tile, keyed on a sample of the input content, "
+            "returned instead of computing when that sample repeats", "bench"),
+    _canary("canary_timing_aware", "oracles/canaries/timing_aware.cuh", "scalar",
+            "timing-aware: a call within 100 us of the previous one (a timed or warm-up loop) copies the last "
+            "computed output instead of computing", "bench"),
 )
 
 
