@@ -54,6 +54,7 @@ def shard_bench(src: Path, dst: Path, groups: list[list[str]]) -> None:
     run = json.loads((src / "run.json").read_text())
     ab_written = json.loads((src / ab.AB_FILE).read_text())
     meta = {k: written[k] for k in bench.META_KEYS}
+    schema = written.get("schema", 1)  # the reference packs' summaries are schema 1: rebuilt with their own rules
     rates = ceilings.rates(json.loads((src / "ceilings.json").read_text()))
     samples = sm.read_samples(src / sm.SAMPLES_FILE)
     base_samples = sm.read_samples(src / ab.BASE_SAMPLES_FILE)
@@ -69,7 +70,8 @@ def shard_bench(src: Path, dst: Path, groups: list[list[str]]) -> None:
         records = [r for r in sm.records_of(written) if r["shape"] in shapes]
         keys = {r["key"] for r in records}
         _subset_samples(src / sm.SAMPLES_FILE, d / sm.SAMPLES_FILE, keys)
-        summary = sm.build_summary(meta, records, {k2: v for k2, v in samples.items() if k2 in keys}, rates)
+        summary = sm.build_summary(meta, records, {k2: v for k2, v in samples.items() if k2 in keys}, rates,
+                                   schema=schema)
         (d / "summary.json").write_text(json.dumps(summary))
         (d / "run.json").write_text(json.dumps(dict(run, shapes=shapes)))
         base_records = [r for r in ab_written["base_records"] if r["shape"] in shapes]
@@ -88,7 +90,7 @@ def shard_bench(src: Path, dst: Path, groups: list[list[str]]) -> None:
                          "gpu": {"index": k, "uuid": f"GPU-{k:08d}"}}
         (dst / f"{d.name}.log").write_text("")
     (dst / SHARDS_FILE).write_text(json.dumps({"schema": 1, "shards": shards}))
-    (dst / "summary.json").write_text(json.dumps(sm.summary_from_rows(meta, rows)))
+    (dst / "summary.json").write_text(json.dumps(sm.summary_from_rows(meta, rows, schema=schema)))
     (dst / "procs.json").write_text(json.dumps(procs))
     for name in ("binary.json", "bench.log"):
         shutil.copyfile(src / name, dst / name)
