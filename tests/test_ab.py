@@ -269,6 +269,21 @@ def test_a_slower_row_needs_its_confirmation_round():
     assert e["verdict"] == ab.UNSURE and "too few samples" in e["reason"]
 
 
+def test_a_side_whose_timed_content_repeated_is_never_compared():
+    """Rows written since issue 25 record how their content was made unique; a side whose calls did not all see
+    new content (the A/B base side included) is UNSURE, never a verdict."""
+    heads, hs, bases, bs = _standin()
+    fields = {"content_uniqueness": "per-call", "calls_per_sample": 1}
+    heads = [dict(r, **fields, unique_calls=100) for r in heads]
+    bases = [dict(r, **fields, unique_calls=100 if r["config"] != "slow" else 60) for r in bases]
+    out = ab.build_ab(_meta(), heads, hs, bases, bs, confirm=_confirm_of([SLOW_KEY]))
+    by = {e["config"]: e for e in out["rows"]}
+    assert by["same"]["verdict"] == ab.SAME
+    assert by["slow"]["verdict"] == ab.UNSURE and "base timed content not unique" in by["slow"]["reason"]
+    assert out["regressions"] == [] and out["confirm_keys"] == []
+    assert ab.candidates(heads, hs, bases, bs) == []
+
+
 def test_version_1_rule_is_kept_for_older_ab_json(tmp_path):
     """An ab.json without rule_version was decided by the per-row rule alone; it is re-derived that way."""
     heads, hs, bases, bs = _standin()

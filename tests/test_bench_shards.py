@@ -186,3 +186,27 @@ def test_assign_balances_modes_and_keeps_suite_order():
         keys = [ss.shape.key for ss in p]
         assert keys == sorted(keys, key=order.index)
     assert len(bench_shards.assign(list(suite.shapes)[:1], 4)) == 1  # never an empty shard
+
+
+def test_canaries_and_probe_of_the_shards_combine_per_canary(tmp_path):
+    """Each shard times every bench canary on its own GPU: the stage's entry of a canary is caught only when it
+    was caught on every GPU; the content probe's flags are the union."""
+    from evpack.model import StageOutcome
+    from evpack.stages import bench_canaries
+
+    def shard(caught: dict, flagged: list) -> StageOutcome:
+        return StageOutcome(PASS, "ok", {
+            "canaries": [{"name": n, "expected": "x", "caught": caught[n], "observed": f"{n} seen", "reason": ""}
+                         for n in bench_canaries.NAMES],
+            "content_probe": {"kernels": 8, "flagged": flagged}, "throttled": False})
+
+    meta = {"suite": "s", "canonical": "c", "primary_mode": "cold"}
+    merged = sm.summary_from_rows(meta, [])
+    a = shard(dict.fromkeys(bench_canaries.NAMES, True), [])
+    b = shard({**dict.fromkeys(bench_canaries.NAMES, True), bench_canaries.TIMING_AWARE: False}, ["mma/x"])
+    out = bench_shards._combine(tmp_path, [a, b], merged, {}, [{"dir": "shard0"}, {"dir": "shard1"}], "ab" * 32)
+    by = {c["name"]: c for c in out.data["canaries"]}
+    assert list(by) == list(bench_canaries.NAMES)
+    assert by[bench_canaries.CONTENT_CACHE]["caught"] and "2 of 2 GPUs" in by[bench_canaries.CONTENT_CACHE]["observed"]
+    assert not by[bench_canaries.TIMING_AWARE]["caught"] and "1 of 2 GPUs" in by[bench_canaries.TIMING_AWARE]["observed"]
+    assert out.data["content_probe"] == {"kernels": 16, "flagged": ["mma/x"]}

@@ -47,6 +47,7 @@ import math
 
 from .stats import median_ci_ranks, quantile
 from .summary import same_value
+from .uniqueness import timed_content_unique
 
 SCHEMA = 1
 SAME, FASTER, SLOWER, UNSURE = "SAME", "FASTER", "SLOWER", "UNSURE"
@@ -216,18 +217,21 @@ def row_status(row: dict) -> str:
     return "ok" if err is not None and bound is not None and err <= bound else "fail"
 
 
-def _not_timed(row: dict, times: list[float] | None) -> str:
-    """Why one side cannot be compared ('' when it can)."""
+def _not_timed(row: dict, times: list[float] | None, unique: bool = False) -> str:
+    """Why one side cannot be compared ('' when it can). With `unique` (rule version 2), a row that records how
+    its content was made unique (rows written since issue 25) must have had new content on every timed call."""
     if row_status(row) != "ok":
         why = str(row.get("reason") or "")[:160]
         return row_status(row) + (f": {why}" if why else "")
     if not times:
         return "no samples"
+    if unique and "content_uniqueness" in row and not timed_content_unique(row, len(times)):
+        return f"timed content not unique ({row.get('unique_calls')} of {len(times)} samples' calls)"
     return ""
 
 
 def _join(head_rows: list[dict], head_samples: dict[str, list[float]], base_rows: list[dict],
-          base_samples: dict[str, list[float]]):
+          base_samples: dict[str, list[float]], unique: bool = False):
     """(entries without verdicts, comparable keys with their samples, heads, bases)."""
     heads = {r["key"]: r for r in head_rows if r["impl"] == OURS and r.get("status") != "unsupported"}
     bases = {head_key(r["key"]): r for r in base_rows}
@@ -238,7 +242,8 @@ def _join(head_rows: list[dict], head_samples: dict[str, list[float]], base_rows
         e = {"key": key, "variant": h["variant"], "config": h["config"], "shape": h["shape"], "mode": h["mode"],
              "head": side_stats(hs if row_status(h) == "ok" else None),
              "base": side_stats(bs if row_status(b) == "ok" else None)}
-        why = [f"{side} {w}" for side, w in (("head", _not_timed(h, hs)), ("base", _not_timed(b, bs))) if w]
+        why = [f"{side} {w}" for side, w in (("head", _not_timed(h, hs, unique)), ("base", _not_timed(b, bs, unique)))
+               if w]
         if why:
             e.update(ratio=None, ci_lo=None, ci_hi=None, verdict=UNSURE, reason="; ".join(why))
         else:
@@ -267,7 +272,7 @@ def first_round(comparable: dict, rule: dict = RULE) -> tuple[dict[str, dict], l
 def candidates(head_rows: list[dict], head_samples: dict[str, list[float]], base_rows: list[dict],
                base_samples: dict[str, list[float]], rule: dict = RULE) -> list[str]:
     """Keys of the head's rows that rule version 2 re-times before it may call them SLOWER."""
-    _, comparable, _, _ = _join(head_rows, head_samples, base_rows, base_samples)
+    _, comparable, _, _ = _join(head_rows, head_samples, base_rows, base_samples, unique=True)
     return first_round(comparable, rule)[1]
 
 
@@ -305,9 +310,10 @@ def compare_sides(head_rows: list[dict], head_samples: dict[str, list[float]], b
     version picks the decision (an ab.json is always re-derived with the rule it was made with); `confirm`
     holds version 2's confirmation-round samples: {"head": {head key: times}, "base": {base key: times}}.
     """
-    entries, comparable, heads, bases = _join(head_rows, head_samples, base_rows, base_samples)
+    v2 = rule.get("version", 1) >= 2
+    entries, comparable, heads, bases = _join(head_rows, head_samples, base_rows, base_samples, unique=v2)
     extra = {}
-    if rule.get("version", 1) >= 2:
+    if v2:
         extra["confirm_keys"] = _verdicts_v2(entries, comparable, rule, confirm)
     else:
         _verdicts_v1(entries, comparable, rule)
