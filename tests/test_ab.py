@@ -120,6 +120,79 @@ def test_self_ab_on_real_samples_of_the_reference_packs(pack):
     assert full[ab.SLOWER] == 0 and full[ab.SAME] / len(samples) >= 0.98, full
 
 
+# -- rule version 2 on the real samples of the two same-commit A/B packs ----------------------------
+AB_PACKS = [REPO / "artifacts" / "reference" / name for name in
+            ("20261123T005227Z-5cbc2fa93b94", "20261123T010017Z-5cbc2fa93b94")]
+
+
+def _ab_pairs(pack: Path) -> dict[str, tuple[list[float], list[float]]]:
+    """{head key: (head samples, base samples)} of a pack's A/B: real same-run H200 samples of one binary (the
+    first pack is a --self-check; the second's base, 342053f, has the same scalar/wmma/mma code)."""
+    from evpack.timing.shards import shard_dirs
+
+    out = {}
+    for folder in shard_dirs(pack / "bench"):
+        heads, bases = read_samples(folder / "samples.csv.gz"), read_samples(folder / ab.BASE_SAMPLES_FILE)
+        for e in json.loads((folder / ab.AB_FILE).read_text())["rows"]:
+            out[e["key"]] = (heads[e["key"]], bases[ab.base_key(e["key"])])
+    return out
+
+
+def _decide(first: dict, second: dict, slow_variant: str | None = None, factor: float = 1.05) -> dict:
+    """Rule version 2 over real samples: `first` is the run's round, `second` supplies the confirmation round
+    of the rows it asks for (a later same-run measurement of the same rows); rows of `slow_variant` get their
+    head side scaled by `factor` in both rounds (a planted slowdown of that variant)."""
+    def plant(pairs):
+        return {k: ([t * factor for t in h] if k.split("|")[1] == slow_variant else h, b)
+                for k, (h, b) in pairs.items()}
+
+    first, second = plant(first), plant(second)
+    rows = [_rec("evpack", k.split("|")[1], k.split("|")[2], mode=k.split("|")[4], shape=k.split("|")[3])
+            for k in first]
+    heads = {k: h for k, (h, _) in first.items()}
+    bases = {ab.base_key(k): b for k, (_, b) in first.items()}
+    base_rows = [dict(r, impl=ab.BASE, key=ab.base_key(r["key"])) for r in rows]
+    keys = ab.candidates(rows, heads, base_rows, bases)
+    confirm = {"head": {k: second[k][0] for k in keys}, "base": {ab.base_key(k): second[k][1] for k in keys}}
+    return ab.build_ab(_meta(), rows, heads, base_rows, bases, confirm=confirm)
+
+
+@pytest.mark.skipif(not all(p.is_dir() for p in AB_PACKS), reason="needs the two committed A/B reference packs")
+def test_identical_commit_is_never_a_regression_on_real_samples():
+    a, b = (_ab_pairs(p) for p in AB_PACKS)
+    assert len(a) == len(b) == 392 and set(a) == set(b)
+    for first, second in ((a, b), (b, a)):
+        out = _decide(first, second)
+        assert out["counts"][ab.SLOWER] == 0 and out["counts"][ab.FASTER] == 0, out["counts"]
+        assert out["counts"][ab.SAME] >= 0.98 * 392 and out["confirm_keys"] == []
+    # the hard case: head and base from runs 40 minutes apart (run-to-run shifts up to 2.6%, which the
+    # per-row rule calls SLOWER on 7 rows); a same-run confirmation round calls none of them SLOWER
+    cross = {k: (a[k][0], b[k][1]) for k in a}
+    assert sum(ab.verdict(h, s)[0] == ab.SLOWER for h, s in cross.values()) == 7
+    out = _decide(cross, a)
+    assert out["counts"][ab.SLOWER] == 0 and len(out["confirm_keys"]) == 2, out["counts"]
+    assert all("not confirmed" in e["reason"] for e in out["rows"] if e["key"] in out["confirm_keys"])
+
+
+@pytest.mark.skipif(not all(p.is_dir() for p in AB_PACKS), reason="needs the two committed A/B reference packs")
+@pytest.mark.parametrize("variant", ["mma", "wmma", "scalar"])
+def test_a_planted_5_percent_slowdown_reads_slower_on_every_row_of_its_variant(variant):
+    a, b = (_ab_pairs(p) for p in AB_PACKS)
+    for first, second in ((a, b), (b, a)):
+        out = _decide(first, second, slow_variant=variant)
+        mine = [e for e in out["rows"] if e["variant"] == variant]
+        assert mine and all(e["verdict"] == ab.SLOWER for e in mine), \
+            [(e["key"], e["reason"]) for e in mine if e["verdict"] != ab.SLOWER][:3]
+        assert all(e["verdict"] != ab.SLOWER for e in out["rows"] if e["variant"] != variant)
+        assert sorted(out["regressions"]) == sorted(e["key"] for e in mine)
+    # every row of every variant, head side x 1.05 (the issue's "B side scaled by 1.05")
+    out = _decide(a, b, slow_variant=None)
+    assert out["counts"][ab.SLOWER] == 0
+    everything = {k: ([t * 1.05 for t in h], s) for k, (h, s) in a.items()}
+    again = {k: ([t * 1.05 for t in h], s) for k, (h, s) in b.items()}
+    assert _decide(everything, again)["counts"][ab.SLOWER] == 392
+
+
 # -- ab.json ------------------------------------------------------------------------------------
 def _rec(impl, variant, config, mode="cold", status="ok", err=1e-3, bound=2e-3, shape=SHAPE):
     key = f"{impl}|{variant}|{config}|{shape}|{mode}"
@@ -149,23 +222,108 @@ def _standin():
     return heads, hs, bases, bs
 
 
+SLOW_KEY = "evpack|mma|slow|" + SHAPE + "|cold"
+
+
+def _confirm_of(keys, shift=0.08, seed=6):
+    """A confirmation round for `keys`: fresh samples, the head `shift` slower (as in the first round)."""
+    rng = random.Random(seed)
+    return {"head": {k: _timings(rng, 100, 60.0, 0.004, shift=shift) for k in keys},
+            "base": {ab.base_key(k): _timings(rng, 100, 60.0, 0.004) for k in keys}}
+
+
 def test_build_ab_joins_rows_and_lists_one_sided_ones():
     heads, hs, bases, bs = _standin()
-    out = ab.build_ab(_meta(), heads, hs, bases, bs)
+    assert ab.candidates(heads, hs, bases, bs) == [SLOW_KEY]  # the one row a confirmation round re-times
+    out = ab.build_ab(_meta(), heads, hs, bases, bs, confirm=_confirm_of([SLOW_KEY]))
     by = {e["config"]: e for e in out["rows"]}
     assert set(by) == {"same", "slow", "wrong"}  # SDPA rows and unsupported rows are never compared
     assert by["same"]["verdict"] == ab.SAME and by["slow"]["verdict"] == ab.SLOWER
+    assert by["slow"]["confirm"]["ratio"] > 1.05 and "confirmed" in by["slow"]["reason"]
+    assert by["slow"]["p_slower"] < 1e-10 and by["same"]["p_slower"] > 0.5
     assert by["wrong"]["verdict"] == ab.UNSURE and by["wrong"]["reason"].startswith("base fail")
     assert by["wrong"]["base"]["median_us"] is None and by["wrong"]["head"]["n"] == 100
     assert [e["config"] for e in out["new"]] == ["newcfg"] and [e["config"] for e in out["removed"]] == ["gone"]
-    assert out["regressions"] == ["evpack|mma|slow|" + SHAPE + "|cold"]
+    assert out["regressions"] == [SLOW_KEY] and out["confirm_keys"] == [SLOW_KEY]
     assert out["counts"] == {"SAME": 1, "FASTER": 0, "SLOWER": 1, "UNSURE": 1}
-    assert out["rule"] == ab.RULE and out["base_commit"] == "b" * 40
+    assert out["rule"] == ab.RULE and out["rule_version"] == 2 and out["base_commit"] == "b" * 40
     json.dumps(out)  # JSON-serialisable as written
     md = ab.render_markdown(out)
     assert md.index("SLOWER") < md.index("UNSURE") and "mma/newcfg" in md and "mma/gone" in md
     assert "**UNSURE** (base fail" in md and "| mma/slow |" in md and "+8." in md
+    assert "Benjamini-Hochberg" in md and "1 re-timed" in md
     assert "3 rows, 1 SAME, 1 SLOWER, 1 UNSURE, 1 new, 1 removed" in ab.summary_line(out)
+
+
+def test_a_slower_row_needs_its_confirmation_round():
+    heads, hs, bases, bs = _standin()
+    none = {e["config"]: e for e in ab.build_ab(_meta(), heads, hs, bases, bs)["rows"]}
+    assert none["slow"]["verdict"] == ab.UNSURE and "no confirmation round" in none["slow"]["reason"]
+    # the second round does not show the slowdown (a slow GPU state during the first): never SLOWER
+    gone = ab.build_ab(_meta(), heads, hs, bases, bs, confirm=_confirm_of([SLOW_KEY], shift=0.0))
+    e = next(e for e in gone["rows"] if e["config"] == "slow")
+    assert e["verdict"] == ab.UNSURE and "not confirmed" in e["reason"] and gone["regressions"] == []
+    # a second round that is too short confirms nothing either
+    short = {"head": {SLOW_KEY: [61.0] * 5}, "base": {ab.base_key(SLOW_KEY): [60.0] * 5}}
+    e = next(e for e in ab.build_ab(_meta(), heads, hs, bases, bs, confirm=short)["rows"] if e["config"] == "slow")
+    assert e["verdict"] == ab.UNSURE and "too few samples" in e["reason"]
+
+
+def test_a_side_whose_timed_content_repeated_is_never_compared():
+    """Rows written since issue 25 record how their content was made unique; a side whose calls did not all see
+    new content (the A/B base side included) is UNSURE, never a verdict."""
+    heads, hs, bases, bs = _standin()
+    fields = {"content_uniqueness": "per-call", "calls_per_sample": 1}
+    heads = [dict(r, **fields, unique_calls=100) for r in heads]
+    bases = [dict(r, **fields, unique_calls=100 if r["config"] != "slow" else 60) for r in bases]
+    out = ab.build_ab(_meta(), heads, hs, bases, bs, confirm=_confirm_of([SLOW_KEY]))
+    by = {e["config"]: e for e in out["rows"]}
+    assert by["same"]["verdict"] == ab.SAME
+    assert by["slow"]["verdict"] == ab.UNSURE and "base timed content not unique" in by["slow"]["reason"]
+    assert out["regressions"] == [] and out["confirm_keys"] == []
+    assert ab.candidates(heads, hs, bases, bs) == []
+
+
+def test_version_1_rule_is_kept_for_older_ab_json(tmp_path):
+    """An ab.json without rule_version was decided by the per-row rule alone; it is re-derived that way."""
+    heads, hs, bases, bs = _standin()
+    old = ab.build_ab(_meta(), heads, hs, bases, bs, rule=ab.RULE_V1)
+    assert "rule_version" not in old and "confirm_keys" not in old and old["regressions"] == [SLOW_KEY]
+    (tmp_path / ab.AB_FILE).write_text(json.dumps(old))
+    from evpack.timing.summary import write_samples
+
+    write_samples(tmp_path / ab.BASE_SAMPLES_FILE, bases, bs)
+    again, problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)
+    assert problem == "" and again["regressions"] == [SLOW_KEY] and again["rows"] == old["rows"]
+    # a file claiming version 1 with version 2's rule, or an edited rule, is refused
+    for rule_version, rule in ((None, ab.RULE), (2, ab.RULE_V1), (2, dict(ab.RULE, min_effect=0.5)), (7, ab.RULE)):
+        bad = dict(old, rule=rule) if rule_version is None else dict(old, rule=rule, rule_version=rule_version)
+        (tmp_path / ab.AB_FILE).write_text(json.dumps(bad))
+        _, problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)
+        assert "rule" in problem, (rule_version, problem)
+
+
+def test_rank_sum_p_matches_the_exact_distribution_and_bh_the_published_example():
+    import itertools
+    import math
+
+    # exact one-sided p-value of U for n1 = n2 = 6 (all 924 splits equally likely) vs the normal approximation
+    x, y = [5.1, 6.3, 7.2, 8.8, 9.0, 9.4], [4.0, 4.4, 5.0, 6.0, 6.1, 7.7]
+    u_obs = sum((a > b) + 0.5 * (a == b) for a in x for b in y)
+    pool = x + y
+    count = 0
+    for pick in itertools.combinations(range(12), 6):
+        xs = [pool[i] for i in pick]
+        ys = [pool[i] for i in range(12) if i not in pick]
+        count += sum((a > b) + 0.5 * (a == b) for a in xs for b in ys) >= u_obs
+    exact = count / math.comb(12, 6)
+    assert ab.rank_sum_p(x, y) == pytest.approx(exact, abs=0.01)
+    assert ab.rank_sum_p(y, x) > 0.95 and ab.rank_sum_p([1.0] * 10, [1.0] * 10) == 1.0
+    # Benjamini & Hochberg (1995), section 4: 15 p-values, q = 0.05 rejects the four smallest
+    ps = [0.0001, 0.0004, 0.0019, 0.0095, 0.0201, 0.0278, 0.0298, 0.0344, 0.0459, 0.3240, 0.4262, 0.5719,
+          0.6528, 0.7590, 1.000]
+    assert ab.benjamini_hochberg({f"h{i:02d}": p for i, p in enumerate(ps)}, 0.05) == {"h00", "h01", "h02", "h03"}
+    assert ab.benjamini_hochberg({}, 0.05) == set()
 
 
 def test_base_that_never_ran_is_an_ab_error(tmp_path):
@@ -186,7 +344,12 @@ def test_build_ab_error_has_no_rows_and_says_why():
 
 def test_ab_files_round_trip_and_tampering_is_found(tmp_path):
     heads, hs, bases, bs = _standin()
-    written = ab_stage.write(tmp_path, _meta(), heads, hs, bases, bs)
+    confirm = _confirm_of([SLOW_KEY])
+    records = [dict(_rec(impl, "mma", "slow"), key=k) for impl, side in (("evpack", "head"), ("base", "base"))
+               for k in confirm[side]]
+    samples = {**confirm["head"], **confirm["base"]}
+    written = ab_stage.write(tmp_path, _meta(), heads, hs, bases, bs, records, samples)
+    assert (tmp_path / ab_stage.CONFIRM_SAMPLES_FILE).is_file() and written["regressions"] == [SLOW_KEY]
     again, problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)
     assert problem == "" and again["rows"] == written["rows"]
     assert ab_stage.report_section(tmp_path).startswith("### A/B in one run: head hhhhhhhhhhhh against base")
@@ -197,12 +360,22 @@ def test_ab_files_round_trip_and_tampering_is_found(tmp_path):
     _, problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)
     assert "disagrees with the samples" in problem and "verdict" in problem
     # samples that no longer give the written medians
-    ab_stage.write(tmp_path, _meta(), heads, hs, bases, bs)
+    ab_stage.write(tmp_path, _meta(), heads, hs, bases, bs, records, samples)
     bs2 = {k: [t * 1.2 for t in v] for k, v in bs.items()}
     from evpack.timing.summary import write_samples
 
     write_samples(tmp_path / ab.BASE_SAMPLES_FILE, bases, bs2)
     assert "disagrees" in ab_stage.derive(tmp_path, heads, hs, "b" * 40)[1]
+    # the confirmation round deleted: the SLOWER row can no longer be derived
+    ab_stage.write(tmp_path, _meta(), heads, hs, bases, bs, records, samples)
+    (tmp_path / ab_stage.CONFIRM_SAMPLES_FILE).unlink()
+    problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)[1]
+    assert "disagrees" in problem and "verdict" in problem
+    # confirmation samples for a row that was no candidate
+    same_key = "evpack|mma|same|" + SHAPE + "|cold"
+    write_samples(tmp_path / ab_stage.CONFIRM_SAMPLES_FILE, records + [dict(_rec("evpack", "mma", "same"))],
+                  dict(samples, **{same_key: [60.0] * 30}))
+    assert "no candidate" in ab_stage.derive(tmp_path, heads, hs, "b" * 40)[1]
     # a run with a baseline and no ab.json, or ab.json of another base
     (tmp_path / ab.AB_FILE).unlink()
     assert "no ab.json" in ab_stage.derive(tmp_path, heads, hs, "b" * 40)[1]
@@ -214,7 +387,9 @@ def test_ab_files_round_trip_and_tampering_is_found(tmp_path):
 def test_bench_derive_reads_ab_json(tmp_path, order):
     """The bench stage's derive on a real stage folder: one reference pack is the head, the other's
     rows of ours stand in for the base (two runs of one commit 7 minutes apart, not a same-run A/B:
-    the two wmma warm rows that moved between them come out FASTER one way and SLOWER the other)."""
+    the two wmma warm rows that moved between them come out FASTER one way and SLOWER the other by the
+    per-row rule; Benjamini-Hochberg keeps one of them as a candidate and, with no confirmation round,
+    rule version 2 calls neither SLOWER)."""
     head_pack, base_pack = REF_PACKS[order[0]], REF_PACKS[order[1]]
     stage = tmp_path / "bench"
     shutil.copytree(head_pack / "bench", stage)
@@ -235,8 +410,9 @@ def test_bench_derive_reads_ab_json(tmp_path, order):
     assert "A/B vs bbbbbbbbbbbb: 392 rows" in out.reason and not written["new"] and not written["removed"]
     assert out.data["ab"]["counts"] == written["counts"] and out.data["ab"]["same_rate"] >= 0.95
     slower = [e["key"] for e in written["rows"] if e["verdict"] == ab.SLOWER]
-    assert out.data["regressions"] == slower == written["regressions"]
-    assert len(slower) == (2 if order == (1, 0) else 0), written["counts"]
+    assert out.data["regressions"] == slower == written["regressions"] == []
+    assert len(written["confirm_keys"]) == (1 if order == (1, 0) else 0), written["counts"]
+    assert all("no confirmation round" in e["reason"] for e in written["rows"] if e["key"] in written["confirm_keys"])
     # an A/B that errored leaves the head's outcome alone and sets no regression
     ab_stage.write(stage, _meta("error"), head_rows, head_samples, [], {})
     err = bench_stage.derive(stage, tmp_path)

@@ -1,7 +1,9 @@
 """The bench stage's derive(), report and plots on recorded samples.
 
 The samples below are synthetic (numpy, seeded) in our own formats (samples.csv.gz,
-summary.json, ceilings.json): no tool output is imitated.
+summary.json, ceilings.json, content_probe.json, the canary records): no tool output is imitated.
+make_stage writes a folder of the current summary schema (2: unique-content fields, the content probe, the
+three canary records) or, with schema=1, one as packs made before issue 25 hold.
 """
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ import pytest
 
 from evpack.reporting.blocks import Details, Figure, Md, to_markdown
 from evpack.stages import bench as stage
+from evpack.stages import bench_canaries
 from evpack.stages.base import ERROR, FAIL, PASS, SKIPPED, write_json, write_text
-from evpack.timing import baselines, clocks, plots
+from evpack.timing import baselines, clocks, content_probe, plots, roofline, uniqueness
 from evpack.timing import ceilings as ceil_mod
 from evpack.timing import summary as sm
 from evpack.timing.suites import Shape
@@ -30,7 +33,30 @@ def _times(rng, median, n=60):
     return (median + rng.normal(0.0, 0.004 * median, n)).clip(min=median * 0.9).tolist()
 
 
-def make_stage(tmp_path, *, wrong=None, ours_status=None, sdpa_status=None, scale=1.0, name="pack", seed=1234):
+DEVICE = {"name": "synthetic GPU", "sm_count": 132, "capability": "9.0"}
+N = 60  # samples per row
+
+
+def _content(mode: str, per: int) -> dict:
+    method = uniqueness.PER_REPLAY if mode == "graph" else uniqueness.PER_CALL
+    return {"content_uniqueness": method, "unique_calls": N * per}
+
+
+def _probe_json(ratio: float = 1.0, broken: str | None = None) -> dict:
+    """A content_probe.json of every config of ours: repeat/fresh = ratio (config `broken`: ratio 0.2)."""
+    rng = np.random.default_rng(7)
+    entries = []
+    for cfg, us in OURS_US.items():
+        fresh = (us + rng.normal(0, 0.003 * us, content_probe.PAIRS)).round(4)
+        r = 0.2 if cfg == broken else ratio
+        entries.append({"impl": "evpack", "variant": "wmma", "config": cfg, "fresh_us": fresh.tolist(),
+                        "repeat_us": (fresh * r).round(4).tolist(), "error": None})
+    return {"schema": content_probe.SCHEMA, "shape": CANON.key, "rule": dict(content_probe.RULE),
+            "pairs": content_probe.PAIRS, "entries": entries}
+
+
+def make_stage(tmp_path, *, wrong=None, ours_status=None, sdpa_status=None, scale=1.0, name="pack", seed=1234,
+               schema=sm.SCHEMA):
     rng = np.random.default_rng(seed)
     d = tmp_path / name / "bench"
     d.mkdir(parents=True)
@@ -41,10 +67,14 @@ def make_stage(tmp_path, *, wrong=None, ours_status=None, sdpa_status=None, scal
             for cfg, us in OURS_US.items():
                 st = (ours_status or {}).get((cfg, shape, mode), "ok")
                 err = 5e-3 if wrong == (cfg, shape) else 4e-4
+                per = 20 if mode == "graph" else 1
+                extra = {} if schema < 2 else dict(_content(mode, per), timed_checks=3, timed_mismatches=0,
+                                                   timed_ref_checks=2, timed_ref_failures=0, timed_ref_worst=0.4,
+                                                   drain_us_median=20.0, l2_violations=0, l2_error=None)
                 r = sm.new_row("evpack", "wmma", cfg, shape, mode, must_run=True, status=st,
                                reason="" if st == "ok" else "boom", max_abs_err=err, err_bound=1.5e-3,
                                torch_err=2.5e-4, capture_ms=2.0 if mode == "graph" else None,
-                               calls_per_sample=20 if mode == "graph" else 1)
+                               calls_per_sample=per, **extra)
                 records.append(r)
                 if st == "ok":
                     samples[r["key"]] = _times(rng, us * f * scale)
@@ -54,7 +84,7 @@ def make_stage(tmp_path, *, wrong=None, ours_status=None, sdpa_status=None, scal
                     st = "unsupported"
                 r = sm.new_row("sdpa", b, "", shape, mode, must_run=b == "default", status=st,
                                reason="" if st == "ok" else "No available kernel. Aborting execution.",
-                               kernels=[f"synthetic_{b}_kernel"], ran=b)
+                               kernels=[f"synthetic_{b}_kernel"], ran=b, **({} if schema < 2 else _content(mode, 1)))
                 records.append(r)
                 if st == "ok":
                     samples[r["key"]] = _times(rng, us * f)
@@ -63,13 +93,21 @@ def make_stage(tmp_path, *, wrong=None, ours_status=None, sdpa_status=None, scal
         "matmul_fp16": {"work": 2.0 * 8192**3, "unit": "flops", "times_us": _times(rng, 1500.0, 20)},
         "matmul_bf16": {"work": 2.0 * 8192**3, "unit": "flops", "times_us": _times(rng, 1520.0, 20)}}}
     meta = {"suite": "synthetic", "canonical": CANON.key, "primary_mode": "cold"}
-    summary = sm.build_summary(meta, records, samples, ceil_mod.rates(ceil))
     reading = {"source": "pynvml", "sm_mhz": 1980, "max_sm_mhz": 1980, "reasons_mask": 0}
+    physics = roofline.physics_of(DEVICE, 1980) if schema >= 2 else None
+    summary = sm.build_summary(meta, records, samples, ceil_mod.rates(ceil), schema=schema, physics=physics)
     write_json(d / "ceilings.json", ceil)
     write_json(d / "clocks.json", clocks.judge(reading, reading))
     write_json(d / "binary.json", {"module": "evpack._C", "path": "/x/_C.so", "sha256": "ab" * 32})
-    write_json(d / "run.json", {"schema": 1, "suite": "synthetic", "device": {"name": "synthetic GPU"},
+    write_json(d / "run.json", {"schema": 1, "suite": "synthetic", "device": DEVICE if schema >= 2 else
+                                {"name": "synthetic GPU"},
                                 "gpu_seconds": 95.0, "cost_per_hour": 3.2, "cost_usd": 95.0 / 3600 * 3.2})
+    if schema >= 2:
+        write_json(d / stage.INTEGRITY_FILE, {"timed_checks": 0})
+        write_json(d / content_probe.FILE, _probe_json())
+        for c in bench_canaries.NAMES:
+            write_json(d / bench_canaries.FILES[c], {"canary": c, "shape": CANON.key, "mode": "warm", "times_us": [],
+                                                     "error": "not run in this synthetic stage"})
     sm.write_samples(d / sm.SAMPLES_FILE, records, samples)
     write_json(d / "summary.json", summary)
     return d
@@ -80,8 +118,9 @@ def report_md(d, out) -> str:
     return to_markdown(stage.report_md(d, out))
 
 
-def test_derive_pass_and_data(tmp_path):
-    d = make_stage(tmp_path)
+@pytest.mark.parametrize("schema", [1, 2])
+def test_derive_pass_and_data(tmp_path, schema):
+    d = make_stage(tmp_path, schema=schema)
     out = stage.derive(d, d.parent)
     assert out.status == PASS, out.reason
     assert out.data["canonical_best"] == "wmma/m128n64w8s1"
@@ -91,9 +130,21 @@ def test_derive_pass_and_data(tmp_path):
     assert out.data["so_sha256"] == "ab" * 32 and out.data["cost_usd"] == pytest.approx(0.0844, abs=1e-3)
     summary = json.loads((d / "summary.json").read_text())
     canon = next(r for r in summary["rows"] if r["key"] == f"evpack|wmma|m128n64w8s1|{CANON.key}|cold")
-    assert canon["n"] == 60 and canon["rel_iqr"] < 0.01 and canon["bound"] == "compute"
+    assert canon["n"] == 60 and canon["rel_iqr"] < 0.01 and canon["bound"] == ("compute" if schema == 1 else "mma")
     assert canon["tflops"] == pytest.approx(17.18e9 / 55e-6 / 1e12, rel=0.01)
     assert [e["rank"] for e in summary["leaderboard"]] == list(range(1, 9))
+    assert summary["schema"] == schema
+    if schema == 1:
+        assert "pct_sol" not in canon and "timed_content_unique" not in canon
+        return
+    # the attention floor: 16 x 16 x 512^2 = 67.1 M exps at 16 x 132 x 1.98 GHz = 16.05 us (DESIGN.md: ~16 us)
+    assert canon["floor_exp_us"] == pytest.approx(16 * 16 * 512 ** 2 / (16 * 132 * 1.98e9) * 1e6, rel=1e-12)
+    assert canon["floor_exp_us"] == pytest.approx(16.05, abs=0.01)
+    assert canon["floor_us"] == max(canon["floor_mma_us"], canon["floor_exp_us"], canon["floor_mem_us"])
+    assert canon["pct_sol"] == pytest.approx(100 * canon["floor_us"] / canon["median_us"])
+    assert canon["timed_content_unique"] is True and canon["content_uniqueness"] == uniqueness.PER_CALL
+    assert out.data["physics"]["exp_per_s"] == pytest.approx(16 * 132 * 1.98e9)
+    assert out.data["content_probe"] == {"kernels": 3, "flagged": []}
 
 
 def test_derive_detects_tampered_samples(tmp_path):
@@ -250,3 +301,90 @@ def test_kernel_classification_and_bound():
     assert baselines.classify_kernels(["ampere_fp16_s16816gemm", "softmax_warp_forward"]) == "math"
     assert baselines.classify_kernels(["elementwise"]) == "unknown"
     assert baselines.error_bound(1e-4, "fp16") == pytest.approx(2e-4 + 2 ** -10)
+
+
+# -- schema 2: what derive requires of a bench folder written since issue 25 ---------------------------------
+
+def _edit_records(d, fn):
+    """Rewrite summary.json's records through fn(record) and rebuild it as the run would (same physics)."""
+    written = json.loads((d / "summary.json").read_text())
+    records = [fn(dict(r)) for r in sm.records_of(written)]
+    samples = sm.read_samples(d / sm.SAMPLES_FILE)
+    ceil = json.loads((d / "ceilings.json").read_text())
+    meta = {k: written[k] for k in stage.META_KEYS}
+    write_json(d / "summary.json", sm.build_summary(meta, records, samples, ceil_mod.rates(ceil),
+                                                    physics=roofline.physics_of(DEVICE, 1980)))
+
+
+def test_v2_rows_without_unique_content_are_errors(tmp_path):
+    d = make_stage(tmp_path)
+    key = f"evpack|wmma|m64n64w4s1|{CANON.key}|cold"
+    _edit_records(d, lambda r: dict(r, unique_calls=N - 1) if r["key"] == key else r)
+    out = stage.derive(d, d.parent)
+    assert out.status == ERROR and "timed content not unique" in out.reason
+    assert out.data["integrity"]["not_unique_rows"] == 1
+    # the flag cannot be written by hand: derive recomputes it from the samples and the record
+    d = make_stage(tmp_path, name="b")
+    _edit_records(d, lambda r: dict(r, content_uniqueness=None) if r["key"] == key else r)
+    data = json.loads((d / "summary.json").read_text())
+    next(r for r in data["rows"] if r["key"] == key)["timed_content_unique"] = True
+    write_json(d / "summary.json", data)
+    out = stage.derive(d, d.parent)
+    assert out.status == ERROR and "timed_content_unique" in out.reason
+
+
+def test_v2_timed_outputs_off_their_reference_fail(tmp_path):
+    d = make_stage(tmp_path)
+    key = f"evpack|wmma|m128n64w8s1|{CANON.key}|graph"
+    _edit_records(d, lambda r: dict(r, timed_ref_failures=1, timed_ref_worst=6.0) if r["key"] == key else r)
+    out = stage.derive(d, d.parent)
+    assert out.status == FAIL and "off the fp32 reference" in out.reason
+
+
+def test_v2_content_probe_decides_and_must_cover_every_timed_kernel(tmp_path):
+    d = make_stage(tmp_path)
+    write_json(d / content_probe.FILE, _probe_json(broken="m32n64w2s1"))
+    out = stage.derive(d, d.parent)
+    assert out.status == ERROR and "content-keyed cache" in out.reason
+    assert out.data["content_probe"]["flagged"] == ["wmma/m32n64w2s1"]
+    assert out.data["integrity"]["content_cache_rows"] == len(SHAPES) * 2  # every row of that config
+    probe = _probe_json()
+    probe["entries"] = probe["entries"][1:]
+    write_json(d / content_probe.FILE, probe)
+    out = stage.derive(d, d.parent)
+    assert out.status == ERROR and "not probed" in out.reason
+    probe = _probe_json()
+    probe["entries"][0] = dict(probe["entries"][0], fresh_us=[], repeat_us=[], error="RuntimeError: boom")
+    write_json(d / content_probe.FILE, probe)
+    assert "probe did not run" in stage.derive(d, d.parent).reason
+    write_json(d / content_probe.FILE, dict(_probe_json(), rule=dict(content_probe.RULE, max_ratio=0.0)))
+    out = stage.derive(d, d.parent)  # a probe whose rule lets everything pass is refused
+    assert out.status == ERROR
+    (d / content_probe.FILE).unlink()
+    out = stage.derive(d, d.parent)
+    assert out.status == ERROR and "missing content_probe.json" in out.reason
+
+
+def test_v2_requires_every_bench_canary_record(tmp_path):
+    d = make_stage(tmp_path)
+    out = stage.derive(d, d.parent)
+    assert [c["name"] for c in out.data["canaries"]] == list(stage.CANARIES)
+    assert not any(c["caught"] for c in out.data["canaries"])  # not run here: the canaries stage says so
+    (d / bench_canaries.FILES[bench_canaries.TIMING_AWARE]).unlink()
+    out = stage.derive(d, d.parent)
+    assert out.status == ERROR and "canary_timing_aware.json" in out.reason
+
+
+def test_a_new_folder_cannot_pass_as_an_old_one(tmp_path):
+    """Rewriting summary.json as schema 1 (no content fields, the old floor) while the folder holds the files
+    only schema 2 writes is refused: the rules follow what the writer made, not what the summary claims."""
+    d = make_stage(tmp_path)
+    written = json.loads((d / "summary.json").read_text())
+    records = [{k: v for k, v in r.items() if k not in ("content_uniqueness", "unique_calls")}
+               for r in sm.records_of(written)]
+    ceil = json.loads((d / "ceilings.json").read_text())
+    old = sm.build_summary({k: written[k] for k in stage.META_KEYS}, records, sm.read_samples(d / sm.SAMPLES_FILE),
+                           ceil_mod.rates(ceil), schema=1)
+    write_json(d / "summary.json", old)
+    out = stage.derive(d, d.parent)
+    assert out.status == ERROR and "summary.json is schema 1" in out.reason

@@ -54,6 +54,7 @@ def shard_bench(src: Path, dst: Path, groups: list[list[str]]) -> None:
     run = json.loads((src / "run.json").read_text())
     ab_written = json.loads((src / ab.AB_FILE).read_text())
     meta = {k: written[k] for k in bench.META_KEYS}
+    schema = written.get("schema", 1)  # the reference packs' summaries are schema 1: rebuilt with their own rules
     rates = ceilings.rates(json.loads((src / "ceilings.json").read_text()))
     samples = sm.read_samples(src / sm.SAMPLES_FILE)
     base_samples = sm.read_samples(src / ab.BASE_SAMPLES_FILE)
@@ -69,7 +70,8 @@ def shard_bench(src: Path, dst: Path, groups: list[list[str]]) -> None:
         records = [r for r in sm.records_of(written) if r["shape"] in shapes]
         keys = {r["key"] for r in records}
         _subset_samples(src / sm.SAMPLES_FILE, d / sm.SAMPLES_FILE, keys)
-        summary = sm.build_summary(meta, records, {k2: v for k2, v in samples.items() if k2 in keys}, rates)
+        summary = sm.build_summary(meta, records, {k2: v for k2, v in samples.items() if k2 in keys}, rates,
+                                   schema=schema)
         (d / "summary.json").write_text(json.dumps(summary))
         (d / "run.json").write_text(json.dumps(dict(run, shapes=shapes)))
         base_records = [r for r in ab_written["base_records"] if r["shape"] in shapes]
@@ -88,7 +90,7 @@ def shard_bench(src: Path, dst: Path, groups: list[list[str]]) -> None:
                          "gpu": {"index": k, "uuid": f"GPU-{k:08d}"}}
         (dst / f"{d.name}.log").write_text("")
     (dst / SHARDS_FILE).write_text(json.dumps({"schema": 1, "shards": shards}))
-    (dst / "summary.json").write_text(json.dumps(sm.summary_from_rows(meta, rows)))
+    (dst / "summary.json").write_text(json.dumps(sm.summary_from_rows(meta, rows, schema=schema)))
     (dst / "procs.json").write_text(json.dumps(procs))
     for name in ("binary.json", "bench.log"):
         shutil.copyfile(src / name, dst / name)
@@ -184,3 +186,27 @@ def test_assign_balances_modes_and_keeps_suite_order():
         keys = [ss.shape.key for ss in p]
         assert keys == sorted(keys, key=order.index)
     assert len(bench_shards.assign(list(suite.shapes)[:1], 4)) == 1  # never an empty shard
+
+
+def test_canaries_and_probe_of_the_shards_combine_per_canary(tmp_path):
+    """Each shard times every bench canary on its own GPU: the stage's entry of a canary is caught only when it
+    was caught on every GPU; the content probe's flags are the union."""
+    from evpack.model import StageOutcome
+    from evpack.stages import bench_canaries
+
+    def shard(caught: dict, flagged: list) -> StageOutcome:
+        return StageOutcome(PASS, "ok", {
+            "canaries": [{"name": n, "expected": "x", "caught": caught[n], "observed": f"{n} seen", "reason": ""}
+                         for n in bench_canaries.NAMES],
+            "content_probe": {"kernels": 8, "flagged": flagged}, "throttled": False})
+
+    meta = {"suite": "s", "canonical": "c", "primary_mode": "cold"}
+    merged = sm.summary_from_rows(meta, [])
+    a = shard(dict.fromkeys(bench_canaries.NAMES, True), [])
+    b = shard({**dict.fromkeys(bench_canaries.NAMES, True), bench_canaries.TIMING_AWARE: False}, ["mma/x"])
+    out = bench_shards._combine(tmp_path, [a, b], merged, {}, [{"dir": "shard0"}, {"dir": "shard1"}], "ab" * 32)
+    by = {c["name"]: c for c in out.data["canaries"]}
+    assert list(by) == list(bench_canaries.NAMES)
+    assert by[bench_canaries.CONTENT_CACHE]["caught"] and "2 of 2 GPUs" in by[bench_canaries.CONTENT_CACHE]["observed"]
+    assert not by[bench_canaries.TIMING_AWARE]["caught"] and "1 of 2 GPUs" in by[bench_canaries.TIMING_AWARE]["observed"]
+    assert out.data["content_probe"] == {"kernels": 16, "flagged": ["mma/x"]}

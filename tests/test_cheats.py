@@ -14,10 +14,10 @@ from evpack import registry
 from evpack.model import REQUIRED_CANARIES, SCHEMA_VERSION
 from evpack.parsers.ncu import MARKER_KERNEL, parse_ncu_csv, split_at_markers
 from evpack.stages import bench as bench_stage
+from evpack.stages import bench_canaries, correctness, stability, tensor_proof
 from evpack.stages import canaries as canaries_stage
-from evpack.stages import correctness, stability, tensor_proof
 from evpack.stages.base import ERROR, FAIL, PASS, SKIPPED, read_json, write_json
-from evpack.timing import integrity
+from evpack.timing import content_probe, integrity
 
 FIX = Path(__file__).parent / "fixtures" / "cheats"
 REPO = Path(__file__).resolve().parents[1]
@@ -48,7 +48,8 @@ def test_every_cheat_class_has_a_canary_and_its_gate_has_a_source_stage():
                        ("canary_partial_write", "correctness"), ("canary_input_mutation", "correctness"),
                        ("canary_side_stream", "bench"), ("canary_foreign_work", "tensor_proof"),
                        ("canary_capture_aware", "stability"), ("canary_output_alias", "stability"),
-                       ("canary_fp16_accum", "sass"), ("canary_input_family", "correctness")):
+                       ("canary_fp16_accum", "sass"), ("canary_input_family", "correctness"),
+                       ("canary_content_cache", "bench"), ("canary_timing_aware", "bench")):
         assert name in by_gate[gate]
     # each stage runs exactly the canaries that target it
     assert set(correctness.CANARIES) == set(by_gate["correctness"])
@@ -59,7 +60,7 @@ def test_every_cheat_class_has_a_canary_and_its_gate_has_a_source_stage():
     required = REQUIRED_CANARIES[SCHEMA_VERSION]
     assert {"canary_capture_aware", "canary_output_alias", "canary_fp16_accum", "canary_input_family"} <= set(required)
     assert not {"canary_capture_aware", "canary_fp16_accum"} & (set(REQUIRED_CANARIES[1]) | set(REQUIRED_CANARIES[2]))
-    assert {bench_stage.CANARY} == set(by_gate["bench"])
+    assert set(bench_stage.CANARIES) == set(by_gate["bench"])
 
 
 def test_canary_sources_exist_and_keep_the_symbol_scheme():
@@ -610,3 +611,139 @@ def test_gpu_correctness_catches_the_family_canary_and_passes_the_fp16_accum_can
     assert set(correctness.STRUCTURED_FAMILIES) <= dists
     (entry,) = [c for c in out.data["canaries"] if c["name"] == correctness.FAMILY_CANARY]
     assert entry["caught"] and "outlier_channels" in entry["observed"], entry
+
+
+# -- issue 25: unique timed content, the attention floor, the content probe, the two bench canaries ------
+# The records below are built here to hit each rule's edge (the canaries have not run on a GPU in this tree:
+# bench/validate_timing.sh runs them, and tests/test_bench_content_gpu.py asserts they are caught there).
+
+PHYSICS = {"sm_count": 132, "capability": "9.0"}
+
+
+def _physics():
+    from evpack.timing.roofline import physics_of
+
+    return physics_of(PHYSICS, 1980)
+
+
+def _v2_row(**kw):
+    row = _row(variant="mma", config="c", n=40, calls_per_sample=1, content_uniqueness="per-call", unique_calls=40,
+               timed_content_unique=True)
+    row.update(kw)
+    return row
+
+
+def test_v2_rows_need_unique_content_and_reference_clean_timed_outputs():
+    ph = _physics()
+    assert integrity.row_problems(_v2_row(), RATES, schema=2, physics=ph) == []
+    probs = integrity.row_problems(_v2_row(timed_content_unique=False, unique_calls=39), RATES, schema=2, physics=ph)
+    assert probs and probs[0][0] == "error" and integrity.NOT_UNIQUE in probs[0][1]
+    probs = integrity.row_problems(_v2_row(timed_ref_failures=1, timed_ref_checks=2, timed_ref_worst=7.5), RATES,
+                                   schema=2, physics=ph)
+    assert probs == [("fail", probs[0][1])] and "fp32 reference" in probs[0][1]
+    flags = {("mma", "c"): "identical content ran 5x as fast"}
+    probs = integrity.row_problems(_v2_row(), RATES, schema=2, physics=ph, cache_flags=flags)
+    assert probs[0][0] == "error" and integrity.CONTENT_CACHE in probs[0][1]
+    assert integrity.row_problems(_v2_row(config="other"), RATES, schema=2, physics=ph, cache_flags=flags) == []
+    # SDPA rows are timed on the same content, but the rules of ours do not apply to them
+    assert integrity.row_problems(_v2_row(impl="sdpa", timed_content_unique=False), RATES, schema=2, physics=ph) == []
+    # schema-1 rows (older packs) are judged as before: no content fields needed
+    assert integrity.row_problems(_row(), RATES) == []
+
+
+def test_v2_floor_is_the_largest_of_mma_exp_and_memory():
+    ph = _physics()
+    fl = integrity.floor_us(_row(), RATES, schema=2, physics=ph)
+    assert fl == pytest.approx(17_179_869_184 / RATES["matmul_fp16"] * 1e6)  # D64 at 750 TFLOP/s: mma bound
+    probs = integrity.row_problems(_v2_row(median_us=fl * 0.99), RATES, schema=2, physics=ph)
+    assert probs[0][0] == "error" and integrity.IMPOSSIBLE in probs[0][1]
+    # a matmul ceiling 3x higher (7.6 us): in warm mode the exp floor (16.05 us at 1.98 GHz) bounds the row, in
+    # cold mode the bytes at the copy bandwidth (67.1 MB at 4 TB/s = 16.78 us)
+    fast = dict(RATES, matmul_fp16=RATES["matmul_fp16"] * 3)
+    assert integrity.floor_us(_row(mode="warm"), fast, schema=2, physics=ph) == pytest.approx(16.05, abs=0.01)
+    assert integrity.floor_us(_row(), fast, schema=2, physics=ph) == pytest.approx(16.78, abs=0.01)
+    warm = _v2_row(mode="warm", median_us=16.0)
+    assert integrity.row_problems(warm, fast, schema=2, physics=ph)[0][0] == "error"
+    assert integrity.row_problems(warm, fast) == []  # the schema-1 warm floor was the FLOPs alone: 7.6 us
+    # without a readable clock there is no exp floor, never a guessed one
+    assert integrity.floor_us(_row(mode="warm"), fast, schema=2, physics=None) == pytest.approx(7.63, abs=0.01)
+
+
+def _canary_rec(name, **kw):
+    rec = {"canary": name, "shape": bench_canaries.SHAPE, "mode": "warm", "times_us": [90.0] * 40, "error": None,
+           "stop": "max_samples", "timed_checks": 3, "timed_mismatches": 0, "drain_us_median": 20.0,
+           "l2_violations": 0, "l2_error": None, "timed_ref_checks": 2, "timed_ref_failures": 0,
+           "timed_ref_worst": 0.4, "content_uniqueness": "per-call", "unique_calls": 40, "recheck_err": 1e-4,
+           "err_bound": 2e-3, "probe_rule": dict(content_probe.RULE),
+           "probe": {"impl": "canary", "variant": name, "config": "c", "fresh_us": [900.0] * 12,
+                     "repeat_us": [899.0] * 12, "error": None}}
+    rec.update(kw)
+    return rec
+
+
+@pytest.mark.parametrize("name", [bench_canaries.CONTENT_CACHE, bench_canaries.TIMING_AWARE])
+def test_each_new_bench_canary_is_caught_by_the_rule_of_its_class_and_an_honest_record_is_not(tmp_path, name):
+    ph = _physics()
+    write_json(tmp_path / bench_canaries.FILES[name], _canary_rec(name))
+    honest = bench_stage.canary_outcome(tmp_path, RATES, name, schema=2, physics=ph)
+    assert not honest["caught"] and honest["reason"] == "no rule fired"
+    if name == bench_canaries.CONTENT_CACHE:  # repeats of identical content 100x faster; everything else honest
+        cheat = _canary_rec(name, probe=dict(_canary_rec(name)["probe"], repeat_us=[9.0] * 12))
+        rule = integrity.CONTENT_CACHE
+    else:  # stale copies in fast loops: kept timed outputs differ from an untimed call on their inputs
+        cheat = _canary_rec(name, timed_mismatches=52_000)
+        rule = "kept timed outputs differ"
+    write_json(tmp_path / bench_canaries.FILES[name], cheat)
+    out = bench_stage.canary_outcome(tmp_path, RATES, name, schema=2, physics=ph)
+    assert out["caught"] and rule in out["observed"], out
+    # another rule firing is not the class's catch: the impossible speed alone does not prove this gate live
+    write_json(tmp_path / bench_canaries.FILES[name], _canary_rec(name, times_us=[5.0] * 40))
+    other = bench_stage.canary_outcome(tmp_path, RATES, name, schema=2, physics=ph)
+    assert not other["caught"] and integrity.IMPOSSIBLE in other["observed"]
+    assert "the rule of its class did not fire" in other["reason"]
+
+
+def test_bench_derive_requires_every_bench_canary_and_the_probe_in_new_packs():
+    assert bench_canaries.names_for(1) == (bench_canaries.SIDE_STREAM,)
+    assert set(bench_canaries.names_for(2)) == set(bench_stage.CANARIES)
+    need = bench_stage._schema_files(2)
+    assert content_probe.FILE in need and all(bench_canaries.FILES[n] in need for n in bench_stage.CANARIES)
+    assert bench_stage._schema_files(1) == ()
+
+
+def test_content_probe_flags_a_cache_and_never_an_honest_spread():
+    base = {"impl": "evpack", "variant": "mma", "config": "c", "error": None}
+    rng = __import__("random").Random(3)
+    fresh = [66.0 * (1 + 0.01 * rng.gauss(0, 1)) for _ in range(12)]
+    honest = dict(base, fresh_us=fresh, repeat_us=[f * (1 + 0.02 * rng.gauss(0, 1)) for f in fresh])
+    assert content_probe.judge(honest)["flagged"] is False
+    cache = dict(base, fresh_us=fresh, repeat_us=[f * 0.5 for f in fresh])
+    v = content_probe.judge(cache)
+    assert v["flagged"] and "2.00x as fast" in v["reason"]
+    assert content_probe.judge(dict(base, fresh_us=fresh[:5], repeat_us=fresh[:5]))["flagged"] is None
+    assert content_probe.judge(dict(base, error="RuntimeError: x", fresh_us=[], repeat_us=[]))["flagged"] is None
+    probe = {"shape": "s", "rule": dict(content_probe.RULE), "entries": [honest, cache | {"config": "d"}]}
+    assert content_probe.flags(probe) == {("mma", "d"): content_probe.judge(cache | {"shape": "s"})["reason"]}
+    assert content_probe.problems(probe) == []
+    assert content_probe.problems(dict(probe, rule={"name": "lenient", "max_ratio": 0.0})) != []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("name", [bench_canaries.CONTENT_CACHE, bench_canaries.TIMING_AWARE])
+def test_bench_canaries_build_for_sm90_without_spills(tmp_path, name):
+    """The generated instantiation of each new canary compiles with nvcc and passes the PTXAS rules (0 spill
+    bytes, 0 stack): only the bench gate is meant to fire on it."""
+    from evpack import buildgen
+    from evpack.parsers.ptxas import parse_ptxas
+
+    v = registry.get(name, include_canaries=True)
+    src = tmp_path / buildgen.instantiation_name(v.name, "fp16", 64)
+    src.write_text(buildgen.instantiation_source(v, "fp16", 64))
+    cmd = [shutil.which("nvcc"), "-c", "-std=c++17", "-Xptxas", "-v", "-gencode", "arch=compute_90,code=sm_90",
+           f"-I{REPO}", f"-I{REPO / 'csrc' / 'include'}", "-D__CUDA_NO_HALF_OPERATORS__",
+           "-D__CUDA_NO_HALF_CONVERSIONS__", str(src), "-o", str(tmp_path / "k.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ours = [k for k in parse_ptxas(proc.stderr) if f"{len(name)}{name}" in k.symbol]
+    assert ours and all(k.spill_bytes == 0 and k.stack_bytes == 0 for k in ours), ours

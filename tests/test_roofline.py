@@ -47,3 +47,51 @@ def test_vram_estimate_grows_with_sets_and_scores():
     s = Shape(2, 16, 4096, 64)
     assert rl.vram_estimate(s, 4, 20) > rl.vram_estimate(s, 2, 20)
     assert rl.vram_estimate(s, 2, 20) > 2 * 16 * 4096 ** 2 * 4  # at least one fp32 score matrix
+
+
+# -- the attention floor (summary schema 2; docs/benchmark-physics.md) ----------------------------------------
+
+def test_exp_floor_matches_design_anchor():
+    # DESIGN.md: one exp2 per score on the SFU at 16/clk/SM, 132 SMs x 1.98 GHz = 4.18e12/s: 16 us canonical
+    ph = rl.physics_of({"sm_count": 132, "capability": "9.0"}, 1980)
+    assert ph.exp_per_s == pytest.approx(4.18e12, rel=1e-3)
+    assert rl.shape_exps(CANON) == 16 * 16 * 512 ** 2 and rl.shape_flops(CANON) == 4 * 64 * rl.shape_exps(CANON)
+    assert rl.shape_exps(Shape(16, 16, 512, 64, "fp16", True)) == rl.shape_exps(CANON) / 2
+    fl = rl.attention_floors(CANON, "cold", 777e12, 4.24e12, ph)
+    assert fl.exp_s * 1e6 == pytest.approx(16.05, abs=0.01)
+    assert fl.mma_s * 1e6 == pytest.approx(22.11, abs=0.01) and fl.mem_s * 1e6 == pytest.approx(15.83, abs=0.01)
+    assert fl.floor_s == fl.mma_s and fl.bound == "mma"
+    # at the tensor cores' datasheet rate (989 TFLOP/s) MMA and exp are about equal at D=64 (17.4 vs 16.0 us)
+    assert rl.attention_floors(CANON, "cold", 989e12, 4.24e12, ph).mma_s * 1e6 == pytest.approx(17.37, abs=0.01)
+
+
+def test_floor_bound_by_mode_and_missing_physics():
+    ph = rl.physics_of({"sm_count": 132, "capability": "9.0"}, 1980)
+    small = Shape(64, 16, 128, 64)  # few FLOPs per byte: memory bound in cold mode
+    cold = rl.attention_floors(small, "cold", 777e12, 4.24e12, ph)
+    assert cold.bound == "memory" and cold.floor_s == cold.mem_s
+    warm = rl.attention_floors(small, "warm", 777e12, 4.24e12, ph)  # inputs may sit in L2: no byte floor
+    assert warm.bound in ("mma", "exp") and warm.floor_s == max(warm.mma_s, warm.exp_s) < cold.floor_s
+    assert warm.mem_s == cold.mem_s  # recorded either way
+    none = rl.attention_floors(CANON, "warm", 7e15, 4.24e12, None)  # no clock: no exp floor, never a guess
+    assert none.exp_s is None and none.bound == "mma"
+    assert rl.physics_of({"sm_count": 132, "capability": "12.0"}, 1980) is None  # a rate we do not know
+    assert rl.physics_of({"sm_count": 132, "capability": "9.0"}, None) is None
+    assert rl.physics_of(None, 1980) is None
+    with pytest.raises(ValueError):
+        rl.attention_floors(CANON, "cold", 0, 1, ph)
+
+
+def test_the_exp_floor_clock_is_the_highest_recorded():
+    from evpack.timing.clocks import highest_sm_mhz, judge
+
+    a = {"source": "pynvml", "sm_mhz": 1755, "max_sm_mhz": 1980, "reasons_mask": 0}
+    b = dict(a, sm_mhz=1965)
+    assert highest_sm_mhz(judge(a, b)) == 1980  # a floor must hold at any clock the GPU could have run at
+    assert highest_sm_mhz(judge({"source": "none", "error": "x"}, {"source": "none", "error": "x"})) is None
+
+
+def test_vram_estimate_counts_a_snapshot_set():
+    s = Shape(16, 16, 512, 64)
+    t = s.numel * s.elem_bytes
+    assert rl.vram_estimate(s, 3, 10) - rl.vram_estimate(s, 2, 10) == 3 * t

@@ -181,7 +181,8 @@ _CANARIES_V2 = _CANARIES_V1 + ("canary_memo", "canary_wrong_stream", "canary_par
 REQUIRED_CANARIES: dict[int, tuple[str, ...]] = {
     1: _CANARIES_V1,
     2: _CANARIES_V2,
-    3: _CANARIES_V2 + ("canary_capture_aware", "canary_output_alias", "canary_fp16_accum", "canary_input_family"),
+    3: _CANARIES_V2 + ("canary_capture_aware", "canary_output_alias", "canary_fp16_accum", "canary_input_family",
+                       "canary_content_cache", "canary_timing_aware"),
 }
 
 # Files at a pack's root, by schema version (index.json is checked separately).

@@ -192,6 +192,12 @@ CANARIES: tuple[Variant, ...] = (
     Variant("canary_input_family", "tensor", "oracles/canaries/input_family.cuh", (_cfg(64, 64, 4),),
             "structured-input fast path: K and V saturate at +-512; right on normal, Student-t and sharp inputs, "
             "wrong on outlier channels", expect_caught_by="correctness", dtypes=("fp16",), head_dims=(64,)),
+    _canary("canary_content_cache", "oracles/canaries/content_cache.cuh", "scalar",
+            "content-keyed cache: a per-CTA copy of each output tile, keyed on a sample of the input content, "
+            "returned instead of computing when that sample repeats", "bench"),
+    _canary("canary_timing_aware", "oracles/canaries/timing_aware.cuh", "scalar",
+            "timing-aware: a call within 100 us of the previous one (a timed or warm-up loop) copies the last "
+            "computed output instead of computing", "bench"),
 )
 
 

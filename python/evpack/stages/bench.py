@@ -14,11 +14,19 @@ run() writes into the stage folder:
   bench.log, *.png       progress log and plots
   integrity.json         what the timing-integrity checks cost (harness: persisting-L2 reset, drain)
   canary_bench.json      the impossible-speed canary timed through the same harness
+  content_probe.json     (summary schema 2) every kernel of ours at the canonical shape, identical content timed
+                         against fresh content (timing/content_probe.py)
+  canary_content_cache.json, canary_timing_aware.json
+                         (summary schema 2) the two other bench canaries (stages/bench_canaries.py)
+  ab_confirm_samples.csv.gz
+                         (--baseline, rule version 2) the confirmation round of rows the A/B would call SLOWER
 With a GPU list (options["gpus"]) the suite's shapes are split over the GPUs, one process each, into
 shard<k>/ folders that hold the files above (stages/bench_shards.py documents that layout).
-derive() recomputes the summary from samples.csv.gz + ceilings.json and requires it to match,
-then applies bench/integrity.py (speed of light, device drain, persisting L2, timed outputs) to
-the rows, and requires the canary to be caught by those rules.
+derive() recomputes the summary from samples.csv.gz + ceilings.json (schema 2: + run.json's device and
+clocks.json's clock for the exp floor) and requires it to match, then applies timing/integrity.py (speed of
+light, device drain, persisting L2, timed outputs; schema 2: unique timed content, timed outputs against the
+reference of their own inputs, the content probe) to the rows, and requires each canary to be caught by the
+rule of its class. What a pack must hold follows the summary schema it was written with (1: before issue 25).
 """
 from __future__ import annotations
 
@@ -30,10 +38,10 @@ import time
 from pathlib import Path
 
 from ..model import PackFacts
-from ..timing import ab_stage, plots, shards
+from ..timing import ab_stage, content_probe, plots, shards
 from ..timing import summary as sm
 from ..timing.suites import ADHOC, Suite, load_suite, with_adhoc
-from . import bench_outcome, bench_shards
+from . import bench_canaries, bench_outcome, bench_shards
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
 
 NAME = "bench"
@@ -43,9 +51,11 @@ REQUIRED_FILES = ("bench.log", "run.json", "samples.csv.gz", "summary.json", "ce
 BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
 REQUIRED = ("summary.json", sm.SAMPLES_FILE, "ceilings.json", "run.json", "clocks.json", "binary.json")
 META_KEYS = bench_outcome.META_KEYS
-CANARY = "canary_side_stream"
-CANARY_FILE = "canary_bench.json"
+CANARY = bench_canaries.SIDE_STREAM
+CANARY_FILE = bench_canaries.FILES[CANARY]
+CANARIES = bench_canaries.NAMES  # every canary whose gate is this stage
 INTEGRITY_FILE = "integrity.json"
+PROBE_SEED = 0x9B0BE
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +182,16 @@ def _run(ctx: StageContext, t_start: float) -> None:
             runner.run_shape(ss)
             log.info("[%d/%d] %s done at %.1f s", i + 1, len(suite.shapes), ss.shape.key,
                      time.perf_counter() - t_start)
-        _write_integrity(ctx.dir, runner.records)
-        _run_canary(ctx.dir, stream)
+        t_extra = time.perf_counter()
+        confirm_records, confirm_samples = _confirm(runner, suite)
+        t_confirm = time.perf_counter() - t_extra
+        probe = _probe(runner, suite, stream)
+        write_json(ctx.dir / content_probe.FILE, probe)
+        t_probe = time.perf_counter() - t_extra - t_confirm
+        bench_canaries.run(ctx.dir, stream)
+        _write_integrity(ctx.dir, runner.records, {"confirm_s": round(t_confirm, 2), "probe_s": round(t_probe, 2),
+                                                   "canaries_s": round(time.perf_counter() - t_extra - t_confirm
+                                                                       - t_probe, 2)})
         ceilings.busy()
         after = clocks.read(dev, uuid)
         stream.synchronize()
@@ -181,13 +199,17 @@ def _run(ctx: StageContext, t_start: float) -> None:
     write_json(ctx.dir / "clocks.json", clk)
     if clk["throttled"]:
         log.warning("bench: throttled: %s", clk["reason"])
+    from ..timing.roofline import physics_of
+
+    physics = physics_of(info, clocks.highest_sm_mhz(clk))
     meta = {"suite": suite.name, "canonical": suite.canonical.key, "primary_mode": suite.primary_mode}
     records, base_records, samples, base_samples = ab_stage.split(runner.records, runner.samples)
-    summary = sm.build_summary(meta, records, samples, ceilings.rates(ceil))
+    summary = sm.build_summary(meta, records, samples, ceilings.rates(ceil), physics=physics)
     sm.write_samples(ctx.dir / sm.SAMPLES_FILE, records, samples)
     write_json(ctx.dir / "summary.json", summary)
     if ab_meta is not None:
-        ab_stage.write(ctx.dir, ab_meta, summary["rows"], samples, base_records, base_samples)
+        ab_stage.write(ctx.dir, ab_meta, summary["rows"], samples, base_records, base_samples, confirm_records,
+                       confirm_samples)
     plot_error = _plots(summary["rows"], ctx.dir, suite.primary_mode)
     secs = time.perf_counter() - t_start
     sleep_rate = harness.sleep_cycles_per_s(stream)
@@ -216,7 +238,38 @@ def _prepare_base(ctx: StageContext, head_sha256: str):
     return base, meta
 
 
-def _write_integrity(stage_dir: Path, records: list[dict]) -> None:
+def _confirm(runner, suite) -> tuple[list[dict], dict]:
+    """The A/B's confirmation round (timing/ab_confirm.py); nothing without a base. A failure leaves the candidate
+    rows unconfirmed (UNSURE), never the stage broken."""
+    if runner.base is None:
+        return [], {}
+    from ..timing import ab_confirm
+
+    try:
+        return ab_confirm.run(runner, suite, runner.records, runner.samples)
+    except Exception as exc:  # noqa: BLE001 - an unconfirmed row is UNSURE, the head's benchmark stands
+        log.warning("A/B: confirmation round failed: %s", exc)
+        import torch
+
+        torch.cuda.synchronize()
+        return [], {}
+
+
+def _probe(runner, suite, stream) -> dict:
+    """The content probe (timing/content_probe.py) of every kernel of ours built for the canonical shape."""
+    shape = suite.canonical
+    kernels = []
+    for var in runner.variants:
+        if shape.dtype not in var.dtypes or shape.D not in var.head_dims:
+            continue
+        for cfg in var.configs:
+            def fn(q, k, v, _name=var.name, _cfg=cfg.name):
+                return runner.op(q, k, v, causal=shape.causal, variant=_name, config=_cfg)
+            kernels.append((sm.OURS, var.name, cfg.name, fn))
+    return content_probe.run(kernels, shape, stream, PROBE_SEED)
+
+
+def _write_integrity(stage_dir: Path, records: list[dict], extra_s: dict | None = None) -> None:
     """What the integrity checks cost in this run (per batch, from the harness's own counters)."""
     from ..timing import integrity
 
@@ -228,97 +281,28 @@ def _write_integrity(stage_dir: Path, records: list[dict]) -> None:
         "timed_checks": sum(r["timed_checks"] for r in ours),
         "l2_reset_us_per_batch_median": sorted(resets)[len(resets) // 2] if resets else None,
         "drain_us_median_of_rows": drains[len(drains) // 2] if drains else None,
-        "drain_us_max_of_rows": drains[-1] if drains else None})
-
-
-def _run_canary(stage_dir: Path, stream) -> None:
-    """Time the impossible-speed canary at the canonical shape through the same harness (warm mode, a short
-    rule), re-check its output, and record everything derive needs to judge it."""
-    import torch
-
-    from ..api import _extension, run_kernel
-    from ..timing import baselines, harness
-    from ..timing.stats import StopRule
-    from ..timing.suites import Shape
-
-    shape = Shape(B=16, H=16, S=512, D=64, dtype="fp16", causal=False)
-    rec = {"canary": CANARY, "shape": shape.key, "mode": "warm", "times_us": [], "error": None}
-    try:
-        gen = torch.Generator(device="cuda").manual_seed(1234)
-        q, k, v = (torch.randn((shape.B, shape.H, shape.S, shape.D), generator=gen, device="cuda",
-                               dtype=torch.float16) for _ in range(3))
-        scale = 1.0 / shape.D ** 0.5
-
-        def fn(q, k, v):
-            return run_kernel(q, k, v, causal=False, variant=CANARY)
-
-        def checked(q, k, v):
-            out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
-            _extension(CANARY).forward(q, k, v, out, False, scale, CANARY, registry_config(CANARY), stream.cuda_stream)
-            return out
-
-        rule = StopRule(warmup=2, min_samples=20, floor_samples=10, max_samples=40, time_cap_s=0.3, graph_calls=4,
-                        max_batch=8)
-        with torch.cuda.stream(stream):
-            timer = harness.Timer(fn, [(q, k, v)], "warm", rule, stream=stream, name=CANARY)
-
-            def check(i, out):
-                again = checked(q, k, v)
-                return int(((out.view(torch.int16) != again.view(torch.int16)).sum()
-                            + (~torch.isfinite(again)).sum()).item())
-
-            timer.check = check
-            try:
-                harness.sample_interleaved([timer], rule, rule.time_cap_s)
-            finally:
-                timer.close()
-            rec.update(times_us=[round(t * 1e3, 4) for t in timer.times_ms], stop=timer.stop,
-                       error=timer.error or None, **timer.integrity())
-            ref = baselines.reference(q, k, v, False)
-            out, _ = baselines.probe("default", False, q, k, v)
-            bound = baselines.error_bound(baselines.max_abs_err(out, ref), "fp16")
-            err = baselines.max_abs_err(checked(q, k, v), ref)  # the caller's stream only, as a caller would
-            rec.update(recheck_err=err, err_bound=bound)
-        torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001 - recorded: an uncaught canary is `error` in derive
-        rec["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
-        torch.cuda.synchronize()
-    write_json(stage_dir / CANARY_FILE, rec)
+        "drain_us_max_of_rows": drains[-1] if drains else None,
+        "timed_ref_checks": sum(r.get("timed_ref_checks") or 0 for r in ours),
+        "unique_calls": sum(r.get("unique_calls") or 0 for r in records),
+        "seconds": extra_s or {}})
 
 
 def registry_config(name: str) -> str:
-    from .. import registry
-
-    return registry.get(name, include_canaries=True).configs[0].name
+    return bench_canaries.registry_config(name)
 
 
-def canary_outcome(stage_dir: Path, rates: dict[str, float]) -> dict:
-    """The canary matrix entry of the impossible-speed canary, judged by bench/integrity.py's rules."""
+def canary_outcome(stage_dir: Path, rates: dict[str, float], name: str = CANARY, *, schema: int = 1,
+                   physics=None) -> dict:
+    """The canary matrix entry of one bench canary (stages/bench_canaries.py judges it)."""
+    return bench_canaries.outcome(stage_dir, rates, name, schema=schema, physics=physics)
+
+
+def _integrity_decision(rows: list[dict], rates: dict[str, float], *, schema: int = 1, physics=None,
+                        cache_flags: dict | None = None) -> tuple[list[dict], str, str, dict]:
+    """Rows judged by timing/integrity.py, and the status/reason that adds (PASS, '' when nothing broke)."""
     from ..timing import integrity
 
-    entry = {"name": CANARY, "expected": f"error ({integrity.IMPOSSIBLE}) or fail", "caught": False}
-    try:
-        rec = read_json(stage_dir / CANARY_FILE)
-    except (FileNotFoundError, ValueError) as exc:
-        return dict(entry, observed=f"no readable {CANARY_FILE} ({exc})", reason="not run")
-    if rec.get("error") or not rec.get("times_us"):
-        return dict(entry, observed=f"did not run: {rec.get('error') or 'no samples'}", reason="not run")
-    times = sorted(rec["times_us"])
-    row = {"impl": "evpack", "shape": rec["shape"], "mode": rec["mode"], "median_us": times[len(times) // 2],
-           **{k: rec.get(k) for k in ("drain_us_median", "l2_violations", "timed_mismatches", "timed_checks")}}
-    fired = [p for _, p in integrity.row_problems(row, rates)]
-    err, bound = rec.get("recheck_err"), rec.get("err_bound")
-    if err is None or bound is None or not err <= bound:
-        fired.append(f"re-check after timing: max err {err} > bound {bound}")
-    return dict(entry, caught=bool(fired), observed="; ".join(fired) or f"median {row['median_us']:.3g} us, nothing fired",
-                reason="; ".join(fired) or "no rule fired")
-
-
-def _integrity_decision(rows: list[dict], rates: dict[str, float]) -> tuple[list[dict], str, str, dict]:
-    """Rows judged by bench/integrity.py, and the status/reason that adds (PASS, '' when nothing broke)."""
-    from ..timing import integrity
-
-    judged, summary = integrity.judge(rows, rates)
+    judged, summary = integrity.judge(rows, rates, schema=schema, physics=physics, cache_flags=cache_flags)
     if not summary["broken_rows"]:
         return judged, PASS, "", summary
     status = ERROR if any(r["status"] == "error" and r is not o for r, o in zip(judged, rows, strict=True)) else FAIL
@@ -387,6 +371,24 @@ def _expected_plots(stage_dir: Path) -> tuple[str, ...]:
         return ()  # unreadable records: the derivation names them
 
 
+def _schema_files(schema: int) -> tuple[str, ...]:
+    """Files a bench folder written with this summary schema must hold beyond REQUIRED."""
+    if schema < 2:
+        return ()
+    return (INTEGRITY_FILE, content_probe.FILE, *(bench_canaries.FILES[n] for n in bench_canaries.names_for(schema)))
+
+
+def _probe_problem(probe: dict, rows: list[dict]) -> str:
+    """'' when the content probe judged every kernel of ours timed at its shape, else what is missing."""
+    bad = content_probe.problems(probe)
+    judged = {(e.get("variant"), e.get("config")) for e in probe.get("entries") or []
+              if e.get("impl") == sm.OURS and content_probe.judge(e)["flagged"] is not None}
+    timed = sorted({(r["variant"], r["config"]) for r in rows if r["impl"] == sm.OURS
+                    and r["shape"] == probe.get("shape") and r["median_us"] is not None})
+    bad += [f"{v}/{c}: not probed" for v, c in timed if (v, c) not in judged]
+    return f"{content_probe.FILE}: {len(bad)} problems (first: {bad[0]})" if bad else ""
+
+
 def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     missing = [n for n in REQUIRED if not (stage_dir / n).is_file()]
     if missing:
@@ -397,12 +399,27 @@ def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         clk = read_json(stage_dir / "clocks.json")
         samples = sm.read_samples(stage_dir / sm.SAMPLES_FILE)
         from ..timing.ceilings import rates
+        from ..timing.clocks import highest_sm_mhz
+        from ..timing.roofline import physics_of
 
+        schema = written.get("schema", 1)
+        if schema not in sm.SCHEMAS:
+            return StageOutcome(ERROR, f"summary.json: unknown schema {schema!r}")
+        physics = physics_of(run_info.get("device"), highest_sm_mhz(clk)) if schema >= 2 else None
         meta = {k: written[k] for k in META_KEYS}
         records = sm.records_of(written)
-        recomputed = sm.build_summary(meta, records, samples, rates(ceil))
+        recomputed = sm.build_summary(meta, records, samples, rates(ceil), schema=schema, physics=physics)
     except (ValueError, KeyError, TypeError, AttributeError, json.JSONDecodeError, OSError) as exc:
         return StageOutcome(ERROR, f"corrupt bench files: {type(exc).__name__}: {exc}")
+    missing = [n for n in _schema_files(schema) if not (stage_dir / n).is_file()]
+    if missing:
+        return StageOutcome(ERROR, f"missing {', '.join(missing)} (required of a summary of schema {schema})")
+    older_may_hold = (INTEGRITY_FILE, CANARY_FILE)  # schema-1 folders after the integrity checks hold these
+    newer = [n for n in _schema_files(sm.SCHEMA) if n not in _schema_files(schema) and n not in older_may_hold
+             and (stage_dir / n).is_file()]
+    if newer:  # files only a newer writer makes: the summary was written as an older schema than the run's
+        return StageOutcome(ERROR, f"summary.json is schema {schema} but the folder holds {newer[0]} (schema "
+                                   f"{sm.SCHEMA})")
     diffs = sm.differences(written, recomputed)
     orphans = sorted(set(samples) - {r["key"] for r in records})
     diffs += [f"{k}: samples without a row" for k in orphans]
@@ -412,9 +429,20 @@ def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     rows = recomputed["rows"]
     status, reason = _decide(rows, bool(clk.get("throttled")))
     new_format = (stage_dir / INTEGRITY_FILE).is_file()  # packs before the integrity checks have no such file
+    cache_flags, probe = {}, None
+    if schema >= 2:
+        try:
+            probe = read_json(stage_dir / content_probe.FILE)
+            problem = _probe_problem(probe, rows)
+        except (ValueError, OSError, KeyError, TypeError, AttributeError) as exc:
+            return StageOutcome(ERROR, f"corrupt {content_probe.FILE}: {type(exc).__name__}: {exc}")
+        if problem:
+            return StageOutcome(ERROR, problem)
+        cache_flags = content_probe.flags(probe)
     if new_format:
         ceil_rates = rates(ceil)
-        _, i_status, i_reason, i_summary = _integrity_decision(rows, ceil_rates)
+        _, i_status, i_reason, i_summary = _integrity_decision(rows, ceil_rates, schema=schema, physics=physics,
+                                                               cache_flags=cache_flags)
         if i_status != PASS:
             reason = i_reason if status == PASS else f"{i_reason}; {reason}"
             status = ERROR if ERROR in (status, i_status) else FAIL
@@ -422,7 +450,12 @@ def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
                                       so_sha256=read_json(stage_dir / "binary.json").get("sha256"))
     if new_format:
         data["integrity"] = i_summary
-        data["canaries"] = [canary_outcome(stage_dir, ceil_rates)]
+        data["canaries"] = bench_canaries.outcomes(stage_dir, ceil_rates, schema=schema, physics=physics)
+    if probe is not None:
+        data["content_probe"] = {"kernels": len(probe.get("entries") or []),
+                                 "flagged": sorted(f"{v}/{c}" for v, c in cache_flags)}
+    if physics is not None:
+        data["physics"] = physics.to_json()
     problem = bench_outcome.add_previous(stage_dir, rows, run_info, data)
     if problem:
         return StageOutcome(ERROR, problem)

@@ -158,16 +158,21 @@ def _combine(stage_dir: Path, outcomes: list[StageOutcome], merged: dict, run_in
                                       so_sha256=binary)
     data["gpus"] = gpus
     if all("integrity" in d for d in datas):
-        data["integrity"] = {k: sum(d["integrity"].get(k) or 0 for d in datas)
-                             for k in ("broken_rows", "impossible_rows", "timed_checks")}
+        counted = [k for k in datas[0]["integrity"] if k != "first"]
+        data["integrity"] = {k: sum(d["integrity"].get(k) or 0 for d in datas) for k in counted}
         data["integrity"]["first"] = next((d["integrity"]["first"] for d in datas if d["integrity"].get("first")), None)
     if all(d.get("canaries") for d in datas):
-        entries = [c for d in datas for c in d["canaries"]]
-        caught = all(c["caught"] for c in entries)
-        first = next((c for c in entries if c["caught"] == caught), entries[0])
-        data["canaries"] = [dict(first, caught=caught,
-                                 observed=f"{first['observed']} (caught on {sum(c['caught'] for c in entries)} of "
-                                          f"{len(entries)} GPUs)")]
+        data["canaries"] = []
+        for name in dict.fromkeys(c["name"] for d in datas for c in d["canaries"]):
+            entries = [c for d in datas for c in d["canaries"] if c["name"] == name]
+            caught = len(entries) == len(datas) and all(c["caught"] for c in entries)
+            first = next((c for c in entries if c["caught"] == caught), entries[0])
+            data["canaries"].append(dict(first, caught=caught,
+                                         observed=f"{first['observed']} (caught on {sum(c['caught'] for c in entries)} "
+                                                  f"of {len(datas)} GPUs)"))
+    if all("content_probe" in d for d in datas):
+        data["content_probe"] = {"kernels": sum(d["content_probe"]["kernels"] for d in datas),
+                                 "flagged": sorted({f for d in datas for f in d["content_probe"]["flagged"]})}
     bad = [(g, o) for g, o in zip(gpus, outcomes, strict=True) if o.status != PASS]
     reason = (f"{sum(1 for r in rows if r['median_us'] is not None)} rows timed over {len({r['shape'] for r in rows})} "
               f"shapes on {len(gpus)} GPU(s), outputs re-checked")

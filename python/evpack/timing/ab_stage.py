@@ -5,6 +5,9 @@ Files (only in a run with `--baseline REF` / `--self-check`):
   ab_binary.json                              the base shared object this process loaded + SHA-256
   ab_samples.csv.gz                           the base's raw samples (same columns as samples.csv.gz)
   ab.json                                     ab.build_ab(): meta, rule, base records, verdicts
+  ab_confirm_samples.csv.gz                   rule version 2: the confirmation round's samples (head and
+                                              base) of the rows re-timed before a SLOWER verdict; their
+                                              records are ab.json's confirm_records
 
 Status of the A/B part (ab.json "status"): pass = both sides were timed and compared (the
 verdicts say faster/slower); error = the base did not build, load or run (reason and log kept),
@@ -27,6 +30,7 @@ log = logging.getLogger(__name__)
 
 BUILD_DIR = "ab_build"
 BINARY_FILE = "ab_binary.json"
+CONFIRM_SAMPLES_FILE = "ab_confirm_samples.csv.gz"
 META_KEYS = ("status", "reason", "base_ref", "base_commit", "head_commit", "head_dirty", "self_check",
              "base_so_sha256", "head_so_sha256", "base_build")
 
@@ -109,9 +113,16 @@ def split(records: list[dict], samples: dict[str, list[float]]):
             {k: v for k, v in samples.items() if k in keys})
 
 
+def split_confirm(samples: dict[str, list[float]]) -> dict:
+    """Confirmation-round samples by side: {"head": {head key: times}, "base": {base key: times}}."""
+    return {"head": {k: v for k, v in samples.items() if k.startswith(ab.OURS + "|")},
+            "base": {k: v for k, v in samples.items() if k.startswith(ab.BASE + "|")}}
+
+
 def write(stage_dir: Path, meta: dict, head_rows: list[dict], head_samples: dict, base_records: list[dict],
-          base_samples: dict) -> dict:
-    """Write ab_samples.csv.gz and ab.json; returns the ab.json content."""
+          base_samples: dict, confirm_records: list[dict] | None = None, confirm_samples: dict | None = None) -> dict:
+    """Write ab_samples.csv.gz (and, with a confirmation round, ab_confirm_samples.csv.gz) and ab.json; returns
+    the ab.json content."""
     from .summary import write_samples
 
     if meta["status"] == "pass" and not base_samples:
@@ -119,14 +130,34 @@ def write(stage_dir: Path, meta: dict, head_rows: list[dict], head_samples: dict
         meta = dict(meta, status="error", reason=f"no row of the base was timed{first}")
     try:
         write_samples(stage_dir / ab.BASE_SAMPLES_FILE, base_records, base_samples)
-        data = ab.build_ab(meta, head_rows, head_samples, base_records, base_samples)
+        confirm = None
+        if confirm_samples:
+            write_samples(stage_dir / CONFIRM_SAMPLES_FILE, confirm_records or [], confirm_samples)
+            confirm = split_confirm(confirm_samples)
+        data = ab.build_ab(meta, head_rows, head_samples, base_records, base_samples, confirm=confirm)
+        data["confirm_records"] = list(confirm_records or [])
     except Exception as exc:  # noqa: BLE001 - the A/B must never cost the head's benchmark
         log.warning("A/B: could not write the base's results: %s", exc)
         (stage_dir / ab.BASE_SAMPLES_FILE).unlink(missing_ok=True)
+        (stage_dir / CONFIRM_SAMPLES_FILE).unlink(missing_ok=True)
         why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         data = ab.build_ab(dict(meta, status="error", reason=f"writing the A/B failed: {why}"), [], {}, [], {})
+        data["confirm_records"] = []
     _write_json(stage_dir / ab.AB_FILE, data)
     return data
+
+
+def known_rule(written: dict) -> tuple[dict | None, str]:
+    """(the rule an ab.json was made with, problem): its rule_version (none: version 1) picks the rule in the
+    code, and the rule the file carries must be that one, word for word."""
+    version = written.get("rule_version", 1)
+    rule = ab.RULES.get(version) if isinstance(version, int) and not isinstance(version, bool) else None
+    if rule is None:
+        return None, f"{ab.AB_FILE}: unknown rule version {version!r}"
+    if written.get("rule") != rule:
+        name = (written.get("rule") or {}).get("name") if isinstance(written.get("rule"), dict) else None
+        return None, f"{ab.AB_FILE}: its rule ({name!r}) is not rule version {version} ({rule['name']!r})"
+    return rule, ""
 
 
 def derive(stage_dir: Path, head_rows: list[dict], head_samples: dict, expected_commit: str | None):
@@ -138,19 +169,27 @@ def derive(stage_dir: Path, head_rows: list[dict], head_samples: dict, expected_
     try:
         written = json.loads(path.read_text(encoding="utf-8"))
         meta = {k: written[k] for k in META_KEYS}
-        rule = written["rule"]
-        if rule.get("name") != ab.RULE["name"]:
-            return None, f"{ab.AB_FILE}: unknown rule {rule.get('name')!r}"
+        rule, problem = known_rule(written)
+        if problem:
+            return None, problem
         base_records = written["base_records"]
         sample_file = stage_dir / ab.BASE_SAMPLES_FILE
         base_samples = read_samples(sample_file) if sample_file.is_file() else {}
-        recomputed = ab.build_ab(meta, head_rows, head_samples, base_records, base_samples, rule)
+        confirm_file = stage_dir / CONFIRM_SAMPLES_FILE
+        confirm_samples = read_samples(confirm_file) if rule.get("version", 1) >= 2 and confirm_file.is_file() else {}
+        recomputed = ab.build_ab(meta, head_rows, head_samples, base_records, base_samples, rule,
+                                 split_confirm(confirm_samples))
+        if "confirm_records" in written:
+            recomputed["confirm_records"] = written["confirm_records"]
     except (ValueError, KeyError, TypeError, AttributeError, json.JSONDecodeError, OSError) as exc:
         return None, f"corrupt {ab.AB_FILE}: {type(exc).__name__}: {exc}"
     if expected_commit and meta["base_commit"] != expected_commit:
         return None, f"{ab.AB_FILE} base {str(meta['base_commit'])[:12]} != run.json's {expected_commit[:12]}"
     orphans = sorted(set(base_samples) - {r["key"] for r in base_records})
+    confirmed = set(recomputed.get("confirm_keys") or [])
+    stray = sorted(k for k in confirm_samples if (ab.head_key(k) if k.startswith(ab.BASE + "|") else k) not in confirmed)
     diffs = ab.differences(written, recomputed) + [f"{k}: base samples without a row" for k in orphans]
+    diffs += [f"{k}: confirmation samples of a row that was no candidate" for k in stray]
     if diffs:
         return None, f"{ab.AB_FILE} disagrees with the samples in {len(diffs)} places (first: {diffs[0]})"
     return recomputed, ""

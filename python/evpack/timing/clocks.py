@@ -116,6 +116,14 @@ def read(index: int = 0, uuid: str | None = None) -> dict:
     return {"source": "none", "error": "; ".join(errors)}
 
 
+def highest_sm_mhz(clk: dict) -> float | None:
+    """The highest SM clock clocks.json records (the readings under load and the device's max SM clock): the
+    exp floor's clock, so that it holds at any clock the GPU ran at between the readings. None if unreadable."""
+    values = [r.get(k) for r in (clk.get("before") or {}, clk.get("after") or {}) for k in ("sm_mhz", "max_sm_mhz")]
+    values = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
+    return max(values) if values else None
+
+
 def judge(before: dict, after: dict) -> dict:
     """The clocks.json object: both readings, the throttle flag and why."""
     out = {"schema": SCHEMA, "before": before, "after": after, "throttled": False, "reasons": [], "reason": ""}

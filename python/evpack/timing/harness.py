@@ -15,14 +15,24 @@ event pair measures the kernel, not how fast Python launches it. The host synchr
 once per batch, on the batch's last end event, which is outside every timed interval;
 the stopping rule (stats.stop_reason) is checked between batches.
 
+Unique content (timing/uniqueness.py, timing/content.py): with a ContentPool (Timer's `content`), every
+call, warm-up and timed alike, sees input content that no call saw before: before each eager call, outside
+its event pair, one small kernel raises one element of each of q, k, v of the call's set; in graph mode
+each captured call reads its own set and one kernel raises every set before each replay, outside the
+replay's event pair. The positions of a batch go to the device in one copy before the batch. Warm mode stays
+L2-warm: a raise rewrites three elements in place.
+
 Integrity (since the timing-integrity checks): before every batch the persisting-L2 state is
 reset (reset_persisting_l2: cuCtxResetPersistingL2Cache, the persisting-L2 limit set to 0, the
 stream's access-policy window cleared) and after it the limit is read back (an op that raised it
 during timed calls is counted in l2_violations); after the batch's last end event the host waits
 for the whole device (torch.cuda.synchronize) and records how long that took (drain_s): work
 still running on another stream after the caller's stream finished shows up there. Optionally
-(Timer.check) the output of one timed call in a few batches is kept and handed to a checker
-after the batch, outside the timed region.
+(Timer.check) the output of one timed call in a few batches (CHECK_BATCHES) is kept and handed to a checker
+after the batch, outside the timed region, with exactly the inputs that call saw: the call is drawn at
+random (seeded by the timer's name) within the batch, and with a ContentPool its set is copied before the
+batch and the batch's raises of it up to that call are replayed on the copy. The first REF_CHECKS checks
+also compare the output with the fp32 reference of those inputs (the checker's job).
 
 Interleaving: the implementations of one shape and mode are sampled in rounds of short
 batches (sample_interleaved), not one after another. The same SDPA call timed in
@@ -38,12 +48,14 @@ import logging
 import math
 import random
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from .stats import StopRule, rel_iqr, stop_reason
+from .uniqueness import PER_CALL, PER_REPLAY
 
 log = logging.getLogger(__name__)
 
@@ -157,15 +169,35 @@ def device_drain_s() -> float:
 
 
 CHECK_BATCHES = frozenset((0, 1, 3, 7, 15, 31, 63, 127, 255))  # batches whose kept output is checked
+REF_CHECKS = 2  # the first checks of a timer also hold the kept output to the fp32 reference of its inputs
 
 
-def _batch(launch: Callable[[], None], count: int, stream, events, sleep_cycles: int) -> tuple[list[float], float]:
-    """Enqueue `count` timed launches behind a spin kernel; one sync after. Returns (ms list, host s)."""
+@dataclass(frozen=True)
+class CheckResult:
+    """What a checker found on one kept timed output (outside the timed region)."""
+
+    mismatches: int  # elements differing from an untimed call on the same inputs (+ its non-finite elements)
+    referenced: bool = False  # also compared with the fp32 reference of those inputs
+    ref_err: float | None = None  # max |out - ref| (None: non-finite output)
+    ref_bound: float | None = None
+
+    @property
+    def ref_failed(self) -> bool:
+        return self.referenced and (self.ref_err is None or self.ref_bound is None or not self.ref_err <= self.ref_bound)
+
+
+def _batch(launch: Callable[[], None], count: int, stream, events, sleep_cycles: int,
+           before: Callable[[int], None] | None = None) -> tuple[list[float], float]:
+    """Enqueue `count` timed launches behind a spin kernel; one sync after. Returns (ms list, host s).
+
+    `before(i)` is enqueued before launch i's start event (outside its timed interval)."""
     if sleep_cycles > 0:
         torch.cuda._sleep(sleep_cycles)
     t0 = time.perf_counter()
     for i in range(count):
         start, end = events[i]
+        if before is not None:
+            before(i)
         start.record(stream)
         launch()
         end.record(stream)
@@ -185,72 +217,117 @@ def capture_graph(fn: Callable, sets: Sequence[tuple], calls: int, stream) -> tu
     return graph, capture_ms
 
 
-def _capture_keep_last(fn: Callable, sets: Sequence[tuple], calls: int, stream):
-    """capture_graph that also keeps the last call's output (and its set index) alive for checking."""
+def _capture_keep(fn: Callable, sets: Sequence[tuple], calls: int, stream, keep: int):
+    """capture_graph that also keeps call `keep`'s output (and its set index) alive for checking."""
     graph = torch.cuda.CUDAGraph()
-    last = None
+    kept = None
     with torch.cuda.graph(graph, stream=stream):
         t0 = time.perf_counter()
         for j in range(calls):
             out = fn(*sets[j % len(sets)])
-        last = ((calls - 1) % len(sets), out)
+            if j == keep:
+                kept = (j % len(sets), out)
     capture_ms = (time.perf_counter() - t0) * 1e3
-    return graph, capture_ms, last
+    return graph, capture_ms, kept
 
 
 class Timer:
     """One implementation made ready to sample in one mode: warmed up, graph captured, host rate known.
 
     `context` (a no-argument callable returning a context manager, e.g. an SDPA backend
-    selector) is entered around the warm-up, the capture and every batch.
+    selector) is entered around the warm-up, the capture and every batch. With `content` (a
+    content.ContentPool whose sets input_sets are), every call sees new content (module docstring);
+    cold mode rotates the first `min_sets` sets (default: all), graph mode gives each captured call its
+    own set (at least min_sets of them).
     """
 
     def __init__(self, fn: Callable, input_sets: Sequence[tuple], mode: str, rule: StopRule, *,
-                 stream: torch.cuda.Stream, context: Callable = contextlib.nullcontext, name: str = "") -> None:
+                 stream: torch.cuda.Stream, context: Callable = contextlib.nullcontext, name: str = "",
+                 content=None, min_sets: int | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if not input_sets:
             raise ValueError("Timer: no input sets")
         self.name, self.mode, self.rule, self.stream, self.context = name, mode, rule, stream, context
-        self.sets = list(input_sets[:1]) if mode == "warm" else list(input_sets)
+        self.content = content
+        n_min = max(1, min(min_sets or len(input_sets), len(input_sets)))
+        self.sets = list(input_sets[:1]) if mode == "warm" else list(input_sets[:n_min])
         self.times_ms: list[float] = []
         self.stop: str | None = None
         self.error: str = ""
         self.graph, self.capture_ms, self.per = None, None, 1
         self._k = 0
         self._fn = fn
+        self._rng = random.Random(zlib.crc32(f"{name}|{mode}".encode()))  # which timed call a check keeps
         # integrity (see the module docstring)
-        self.check: Callable | None = None  # check(set_index, output) -> mismatching elements, outside timing
+        self.check: Callable | None = None  # check(inputs, output, reference) -> CheckResult, outside timing
         self.timed_checks, self.timed_mismatches, self.batches = 0, 0, 0
+        self.timed_ref_checks, self.timed_ref_failures, self.timed_ref_worst = 0, 0, None
+        self.unique_calls = 0  # timed calls whose content was raised before them
         self.drains_s: list[float] = []
         self.l2_reset_s, self.l2_violations, self.l2_error = 0.0, 0, ""
-        self._keep_at: int | None = None  # launch index (within the batch) whose output is kept
+        self._keep_at: int | None = None  # launch index (absolute) whose output is kept
         self._kept: tuple[int, object] | None = None
         self._graph_out: tuple[int, object] | None = None
+        self._plan = None  # the current batch's content.TouchPlan
         stream.wait_stream(torch.cuda.current_stream())  # inputs made on the caller's stream are ready
         with torch.cuda.stream(stream), context():
-            # warm-up: lazy init, cuDNN plan build, autotuning, first touch of every set
-            for i in range(max(rule.warmup, len(self.sets) if mode != "warm" else 0)):
-                fn(*self.sets[i % len(self.sets)])
+            self._ids = [content.index_of(s) for s in input_sets] if content is not None else None
+            # warm-up: lazy init, cuDNN plan build, autotuning, first touch of every set; the same raises as timing
+            warm = max(rule.warmup, len(self.sets) if mode != "warm" else 0)
+            self._eager(warm)
             stream.synchronize()
             t0 = time.perf_counter()  # rough per-call time (host-inclusive) to size graphs and batches
-            fn(*self.sets[0])
-            fn(*self.sets[-1])
+            self._eager(2)
             stream.synchronize()
             est_call_s = (time.perf_counter() - t0) / 2
             if mode == "graph":
-                self.per = max(len(self.sets), min(rule.graph_calls, math.ceil(_GRAPH_TARGET_S / max(est_call_s, 1e-7))))
-                self.graph, self.capture_ms, self._graph_out = _capture_keep_last(fn, self.sets, self.per, stream)
-                self.graph.replay()
+                want = max(len(self.sets), min(rule.graph_calls, math.ceil(_GRAPH_TARGET_S / max(est_call_s, 1e-7))))
+                if content is not None:  # one set per captured call: no call of a replay repeats another's content
+                    self.sets = list(input_sets[:max(len(self.sets), min(want, len(input_sets)))])
+                    self._ids = self._ids[:len(self.sets)]
+                    self.per = len(self.sets)
+                else:
+                    self.per = want
+                keep = self._rng.randrange(self.per)
+                self.graph, self.capture_ms, self._graph_out = _capture_keep(fn, self.sets, self.per, stream, keep)
+                self._replay_touched()
                 stream.synchronize()
         self.est_sample_s = est_call_s * self.per
         self.events = _events(rule.max_batch)
         if self.est_sample_s < _SLOW_S:
             # calibration batch (discarded): host enqueue time per launch sizes the spin kernel
-            _, host_s = self._run(_CALIBRATION, 0)
+            _, host_s = self._run(_CALIBRATION, 0, timed=False)
             self.host_per_launch_s = host_s / _CALIBRATION
         else:  # GPU time dwarfs launch overhead: no calibration, a token spin
             self.host_per_launch_s = 1e-4
+
+    @property
+    def content_method(self) -> str | None:
+        if self.content is None:
+            return None
+        return PER_REPLAY if self.graph is not None else PER_CALL
+
+    def _calls(self, count: int) -> list[list[int]]:
+        """The sets each of the next `count` launches reads (graph: every set of the graph, per replay)."""
+        if self.graph is not None:
+            return [list(self._ids)] * count
+        return [[self._ids[(self._k + i) % len(self.sets)]] for i in range(count)]
+
+    def _eager(self, count: int) -> None:
+        """`count` untimed eager calls, each after the raise a timed call gets."""
+        plan = self.content.plan(self._calls(count)) if self.content is not None else None
+        for i in range(count):
+            if plan is not None:
+                self.content.touch(plan.index[i])
+            self._fn(*self.sets[self._k % len(self.sets)])
+            self._k += 1
+
+    def _replay_touched(self) -> None:
+        """One untimed replay after the raise a timed replay gets."""
+        if self.content is not None:
+            self.content.touch(self.content.plan(self._calls(1)).index[0])
+        self.graph.replay()
 
     def _launch(self) -> None:
         if self.graph is not None:
@@ -262,26 +339,55 @@ class Timer:
         if self._keep_at is not None and k == self._keep_at:
             self._kept = (k % len(self.sets), out)
 
-    def _run(self, count: int, sleep_cycles: int) -> tuple[list[float], float]:
-        checking = self.check is not None and self.batches in CHECK_BATCHES
-        self._keep_at = self._k + count - 1 if checking and self.graph is None else None
-        self._kept = None
+    def _run(self, count: int, sleep_cycles: int, timed: bool = True) -> tuple[list[float], float]:
+        checking = timed and self.check is not None and self.batches in CHECK_BATCHES
+        keep = self._rng.randrange(count) if checking and self.graph is None else None
+        self._keep_at = None if keep is None else self._k + keep
+        self._kept, snap, kept_set = None, None, None
         with torch.cuda.stream(self.stream), self.context():
+            # the batch's raises go to the device before it (the copy waits; nothing of it is timed)
+            plan = self._plan = self.content.plan(self._calls(count)) if self.content is not None else None
+            if keep is not None and plan is not None:  # the kept call's set as it is before the batch
+                kept_set = plan.sets[keep][0]
+                snap = self.content.snapshot(kept_set)
             self._reset_l2()
-            got = _batch(self._launch, count, self.stream, self.events, sleep_cycles)
+            before = (lambda i: self.content.touch(plan.index[i])) if plan is not None else None
+            got = _batch(self._launch, count, self.stream, self.events, sleep_cycles, before)
         self.drains_s.append(device_drain_s())
         if not self.l2_error:
             try:
                 self.l2_violations += persisting_l2_limit() != 0
             except (OSError, RuntimeError, AttributeError) as exc:
                 self.l2_error = f"{type(exc).__name__}: {exc}"
-        self.batches += 1
+        if timed:
+            self.batches += 1
+            if plan is not None:
+                self.unique_calls += count * self.per
         kept = self._graph_out if checking and self.graph is not None else self._kept
         self._kept, self._keep_at = None, None
         if checking and kept is not None:
-            self.timed_checks += 1
-            self.timed_mismatches += int(self.check(*kept))
+            self._check(kept, plan, keep, snap, kept_set)
         return got
+
+    def _check(self, kept, plan, keep, snap, kept_set) -> None:
+        """Hand the kept output and exactly the inputs its call saw to the checker (after the batch)."""
+        set_index, out = kept
+        with torch.cuda.stream(self.stream):
+            if self.content is None:
+                inputs = self.sets[set_index]
+            elif self.graph is not None:  # every set was raised before the last replay, which this call is part of
+                inputs = self.content.set_view(self.content.snapshot(self._ids[set_index]))
+            else:
+                inputs = self.content.inputs_at(snap, kept_set, plan, keep)
+            res = self.check(inputs, out, self.timed_checks < REF_CHECKS)
+        self.timed_checks += 1
+        self.timed_mismatches += int(res.mismatches)
+        if res.referenced:
+            self.timed_ref_checks += 1
+            self.timed_ref_failures += int(res.ref_failed)
+            ratio = res.ref_err / res.ref_bound if res.ref_err is not None and res.ref_bound else None
+            if ratio is not None:  # a non-finite output counts as a failure, not as a ratio
+                self.timed_ref_worst = ratio if self.timed_ref_worst is None else max(self.timed_ref_worst, ratio)
 
     def _reset_l2(self) -> None:
         """reset_persisting_l2 before a batch; a failure is recorded (the row then cannot pass), not raised."""
@@ -299,7 +405,13 @@ class Timer:
                 "drain_us_median": round(drains[len(drains) // 2] * 1e6, 2) if drains else None,
                 "drain_us_max": round(drains[-1] * 1e6, 2) if drains else None,
                 "l2_violations": self.l2_violations, "l2_error": self.l2_error or None, "l2_reset_us_per_batch":
-                    round(self.l2_reset_s / max(1, self.batches) * 1e6, 2)}
+                    round(self.l2_reset_s / max(1, self.batches) * 1e6, 2),
+                "timed_ref_checks": self.timed_ref_checks, "timed_ref_failures": self.timed_ref_failures,
+                "timed_ref_worst": None if self.timed_ref_worst is None else round(self.timed_ref_worst, 4)}
+
+    def content_fields(self) -> dict:
+        """Row fields of the unique-content rule (uniqueness.timed_content_unique re-derives the verdict)."""
+        return {"content_uniqueness": self.content_method, "unique_calls": self.unique_calls}
 
     def sample(self, slice_s: float, cycles_per_s: float) -> None:
         """One batch of about slice_s of GPU time (at least one sample), appended to times_ms."""

@@ -6,7 +6,9 @@ computed later from the samples only (summary.build_rows). GPU only, used by the
 Per shape:
  1. VRAM guard: skip (status `skipped`, reason) when roofline.vram_estimate > 0.92 x free.
  2. Inputs: torch.randn (never zeros), seeded from the shape key, as many (Q, K, V) sets
-    as cold mode needs to exceed 2x L2.
+    as cold mode needs to exceed 2x L2 (graph mode: one per captured call, up to graph_calls), views of one
+    content.ContentPool: every call of every mode sees content no call saw before (timing/uniqueness.py),
+    recorded in each row as content_uniqueness and unique_calls.
  3. Reference: fp32 SDPA math on set 0; PyTorch's own same-precision error (SDPA default,
     else math in the input dtype) sets the bound 2 x err_torch + 1 ulp (baselines.error_bound).
  4. Probes: one call of each of ours (raises -> `error`) and of each SDPA backend under
@@ -18,14 +20,18 @@ Per shape:
     seed; a result remembered by pointer goes stale), then one more call of each of ours on it, into
     a NaN-poisoned output, against the reference of the new values (bound from PyTorch's error on
     them, written into the rows' err_bound); a wrong result makes every row of that config `fail`.
- 7. Timed outputs (ours): in a few batches of every mode the output of one timed call is kept
-    and, after the batch, compared bit for bit with an untimed call on the same input set into a
-    NaN-poisoned output (harness.Timer.check); the counts, the device-drain times and the
-    persisting-L2 checks go into the row (bench/integrity.py judges them in derive).
+ 7. Timed outputs (ours): in a few batches of every mode the output of one timed call (drawn at random) is
+    kept and, after the batch, compared bit for bit with an untimed call on exactly the inputs that call saw,
+    into a NaN-poisoned output, and (first REF_CHECKS checks) with the fp32 reference of those inputs within
+    the bound from PyTorch's own error on them (harness.Timer.check); the counts, the device-drain times and
+    the persisting-L2 checks go into the row (timing/integrity.py judges them in derive).
 With a base (`--baseline REF`, ab_runner.BaseSide) REF's kernels are probed, timed in the same
 interleaved rounds as their head twins and re-checked the same way, as rows of impl `base` that the
 stage keeps out of summary.json (bench/ab.json instead).
 Per-measurement time caps shrink when the suite's budget_s runs short.
+
+Confirmation round of the A/B (ShapeRunner.confirm): the rows ab.candidates() would call SLOWER are timed
+again after the suite, head and base interleaved on fresh inputs of their shape, before any verdict.
 """
 from __future__ import annotations
 
@@ -41,6 +47,7 @@ import torch
 from .. import registry
 from . import baselines, harness, roofline
 from .ab import BASE
+from .content import ContentPool
 from .summary import OURS, SDPA, new_row
 
 log = logging.getLogger(__name__)
@@ -49,6 +56,8 @@ TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 VRAM_FRACTION = 0.92
 MIN_CAP_S = 0.05
 AB_BUDGET_MAX = 1.6  # full suite: 400 s x 1.6 + ceilings and plots stay inside the bench stage's 900 s
+GRAPH_SETS_BYTES = 6 << 30  # graph mode's one-set-per-call inputs stop growing at this many bytes
+CONFIRM_SEED_XOR = 0xC0F1  # the confirmation round's inputs draw from seed ^ this
 
 
 def _why(exc: BaseException) -> str:
@@ -106,6 +115,8 @@ class ShapeRunner:
         self.t_start = time.perf_counter() if t_start is None else t_start
         self._tags: tuple[str, ...] = ()
         self.suite_causal = False  # causal flag of the shape being measured (checked calls)
+        self.pool: ContentPool | None = None  # the shape's input sets (content made new before every call)
+        self.n_sets = 1  # sets cold mode rotates
 
     def cap(self) -> float:
         """Sampling time per implementation and mode, shrunk when the suite's budget runs short."""
@@ -124,14 +135,22 @@ class ShapeRunner:
                    for mode in ss.modes])
 
     # -- one shape --------------------------------------------------------------------------
+    def set_counts(self, ss) -> tuple[int, int]:
+        """(sets cold mode rotates, sets to make): graph mode wants one set per captured call."""
+        set_bytes = 3 * ss.shape.numel * ss.shape.elem_bytes
+        n_sets = roofline.rotation_sets(set_bytes, self.l2)
+        if "graph" not in ss.modes:
+            return n_sets, n_sets
+        return n_sets, max(n_sets, min(self.rule.graph_calls, GRAPH_SETS_BYTES // set_bytes))
+
     def run_shape(self, ss) -> None:
         shape = ss.shape
         self._tags = ss.tags
         self.suite_causal = shape.causal
-        n_sets = roofline.rotation_sets(3 * shape.numel * shape.elem_bytes, self.l2)
+        n_sets, n_pool = self.set_counts(ss)
         torch.cuda.empty_cache()
         free, _ = torch.cuda.mem_get_info()
-        need = roofline.vram_estimate(shape, n_sets, self.n_impls)
+        need = roofline.vram_estimate(shape, n_pool, self.n_impls)
         if need > VRAM_FRACTION * free:
             reason = f"needs ~{need / 2**30:.1f} GiB > {VRAM_FRACTION} x free {free / 2**30:.1f} GiB"
             log.warning("%s: skipped, %s", shape.key, reason)
@@ -144,11 +163,9 @@ class ShapeRunner:
                 self._not_run(BASE, v, c, ss, "skipped", reason, True)
             return
         seed = zlib.crc32(shape.key.encode())
-        gen = torch.Generator(device="cuda")
-        gen.manual_seed(seed)
-        dims = (shape.B, shape.H, shape.S, shape.D)
-        sets = [tuple(torch.randn(dims, generator=gen, device="cuda", dtype=TORCH_DTYPES[shape.dtype])
-                      for _ in range(3)) for _ in range(n_sets)]
+        self.pool = ContentPool((shape.B, shape.H, shape.S, shape.D), TORCH_DTYPES[shape.dtype], n_pool, seed)
+        sets = self.pool.sets
+        self.n_sets = n_sets
         ref = baselines.reference(*sets[0], shape.causal)
         torch_err = _torch_error(sets[0], shape.causal, ref)
         common = {"seed": seed, "torch_err": torch_err,
@@ -160,6 +177,7 @@ class ShapeRunner:
         ref, torch_err = self._refill_for_recheck(sets, shape, seed)
         self._recheck(impls, sets, ref, torch_err, shape.dtype)
         del sets, ref
+        self.pool = None
         torch.cuda.empty_cache()
 
     def _refill_for_recheck(self, sets, shape, seed: int):
@@ -255,9 +273,10 @@ class ShapeRunner:
         for im in impls:
             try:
                 timer = harness.Timer(im.fn, sets, mode, self.rule, stream=self.stream, context=im.context,
-                                      name=f"{im.variant}/{im.config}")
+                                      name=f"{im.impl}/{im.variant}/{im.config}", content=self.pool,
+                                      min_sets=self.n_sets)
                 if im.impl in (OURS, BASE):
-                    timer.check = self._timed_checker(im, sets)
+                    timer.check = self._timed_checker(im, shape)
                 timers.append((im, timer))
             except Exception as exc:  # noqa: BLE001
                 log.warning("%s %s/%s %s: %s", shape.key, im.variant, im.config, mode, _why(exc))
@@ -277,7 +296,7 @@ class ShapeRunner:
                 m = t.measurement(wall)
                 row = new_row(im.impl, im.variant, im.config, shape, mode, must_run=im.must_run, stop=m.stop,
                               calls_per_sample=m.calls_per_sample, n_sets=m.n_sets, capture_ms=m.capture_ms,
-                              wall_s=m.wall_s, notes=m.notes, **im.extra, **t.integrity())
+                              wall_s=m.wall_s, notes=m.notes, **im.extra, **t.integrity(), **t.content_fields())
                 self.samples[row["key"]] = m.times_us
             im.rows += self._add([row])
         log.debug("%s %s: %d implementations interleaved in %.2f s", shape.key, mode, len(timers), wall)
@@ -296,14 +315,71 @@ class ShapeRunner:
                         self.stream.cuda_stream)
         return out
 
-    def _timed_checker(self, im: Impl, sets):
-        """Timer.check for one of ours: mismatching elements between a kept timed output and an untimed call."""
-        def check(set_index: int, timed_out) -> int:
+    def _timed_checker(self, im: Impl, shape):
+        """Timer.check for one of ours: a kept timed output against an untimed call on exactly the inputs it saw
+        (mismatching elements) and, when asked, against the fp32 reference of those inputs within the bound from
+        PyTorch's own error on them."""
+        def check(inputs, timed_out, reference: bool) -> harness.CheckResult:
             with torch.cuda.stream(self.stream):
-                again = self._checked_call(im, *sets[set_index])
+                again = self._checked_call(im, *inputs)
                 bad = (timed_out.view(torch.int16) != again.view(torch.int16)).sum() + (~torch.isfinite(again)).sum()
-                return int(bad.item())
+                bad = int(bad.item())
+                if not reference:
+                    return harness.CheckResult(bad)
+                ref = baselines.reference(*inputs, shape.causal)
+                torch_err = _torch_error(inputs, shape.causal, ref)
+                bound = None if torch_err is None else baselines.error_bound(torch_err, shape.dtype)
+                return harness.CheckResult(bad, True, baselines.max_abs_err(timed_out, ref), bound)
         return check
+
+    def confirm(self, ss, pairs: list[tuple[str, str, str]], cap_s: float) -> tuple[list[dict], dict]:
+        """The A/B's confirmation round for some rows of one shape: pairs = (variant, config, mode) of rows of ours
+        whose base twin exists. Each (head, base) pair is timed again on fresh inputs (seed ^ CONFIRM_SEED_XOR),
+        every pair of a mode interleaved as in the run. Returns (records, samples) keyed like the run's rows."""
+        shape = ss.shape
+        self._tags = ss.tags
+        self.suite_causal = shape.causal
+        n_sets, n_pool = self.set_counts(ss)
+        seed = zlib.crc32(shape.key.encode()) ^ CONFIRM_SEED_XOR
+        self.pool = ContentPool((shape.B, shape.H, shape.S, shape.D), TORCH_DTYPES[shape.dtype], n_pool, seed)
+        self.n_sets = n_sets
+        records, samples = [], {}
+        try:
+            for mode in sorted({m for _, _, m in pairs}):
+                timers = []
+                for variant, config, m in pairs:
+                    if m != mode:
+                        continue
+                    for impl, fn in ((OURS, self._head_fn(variant, config, shape)),
+                                     (BASE, self.base.fn(variant, config, shape.causal, shape.D))):
+                        try:
+                            t = harness.Timer(fn, self.pool.sets, mode, self.rule, stream=self.stream,
+                                              name=f"{impl}/{variant}/{config}/confirm", content=self.pool,
+                                              min_sets=n_sets)
+                            timers.append(((impl, variant, config), t))
+                        except Exception as exc:  # noqa: BLE001 - an unconfirmed row stays UNSURE
+                            log.warning("confirm %s %s/%s %s: %s", shape.key, variant, config, mode, _why(exc))
+                            self.stream.synchronize()
+                try:
+                    harness.sample_interleaved([t for _, t in timers], self.rule, cap_s)
+                finally:
+                    for _, t in timers:
+                        t.close()
+                for (impl, variant, config), t in timers:
+                    row = new_row(impl, variant, config, shape, mode, must_run=True, status="ok" if not t.error
+                                  else "error", reason=t.error, **t.content_fields())
+                    records.append(row)
+                    if not t.error:
+                        samples[row["key"]] = t.measurement(0.0).times_us
+        finally:
+            self.pool = None
+            torch.cuda.empty_cache()
+        return records, samples
+
+    def _head_fn(self, variant: str, config: str, shape):
+        def fn(q, k, v):
+            return self.op(q, k, v, causal=shape.causal, variant=variant, config=config)
+        return fn
 
     def _recheck(self, impls: list[Impl], sets, ref, torch_err: float | None, dtype: str) -> None:
         """One more call of each of ours after all timing, on set 0 refilled in place, into a NaN-poisoned output,

@@ -6,6 +6,13 @@ ceilings, via build_rows(). derive() recomputes them and requires equality.
 
 Row status: ok | fail (output wrong after timing) | unsupported (backend or variant cannot
 run the shape, reason given) | skipped (VRAM guard, reason given) | error (raised).
+
+Schema (summary.json "schema"; derive recomputes a summary with the rules of the schema it was written with):
+  1  floor_us = max(FLOPs / matmul rate, bytes / copy bandwidth), bound "compute" / "memory"
+  2  the attention floor (roofline.attention_floors): floor_mma_us, floor_exp_us, floor_mem_us, floor_us (the
+     largest that bounds the mode), bound "mma" / "exp" / "memory", pct_sol (= pct_floor, 100 x floor / median);
+     and timed_content_unique (uniqueness.timed_content_unique) on every timed row. The exp floor needs the
+     run's Physics (run.json's device, clocks.json's clock).
 """
 from __future__ import annotations
 
@@ -16,12 +23,16 @@ from . import roofline
 from .baselines import BACKENDS
 from .stats import spread
 from .suites import Shape, parse_shape
+from .uniqueness import timed_content_unique
 
-SCHEMA = 1
+SCHEMA = 2
+SCHEMAS = (1, 2)
 OURS, SDPA = "evpack", "sdpa"
 ROW_STATUSES = ("ok", "fail", "unsupported", "skipped", "error")
-STAT_KEYS = ("n", "median_us", "q1_us", "q3_us", "iqr_us", "rel_iqr", "ci_lo_us", "ci_hi_us", "ci_conf",
-             "min_us", "max_us", "tflops", "gbps", "floor_us", "pct_floor", "bound", "speedup_vs")
+V1_STAT_KEYS = ("n", "median_us", "q1_us", "q3_us", "iqr_us", "rel_iqr", "ci_lo_us", "ci_hi_us", "ci_conf",
+                "min_us", "max_us", "tflops", "gbps", "floor_us", "pct_floor", "bound", "speedup_vs")
+V2_STAT_KEYS = ("floor_mma_us", "floor_exp_us", "floor_mem_us", "pct_sol", "timed_content_unique")
+STAT_KEYS = V1_STAT_KEYS + V2_STAT_KEYS  # derived from samples + ceilings (+ physics): never trusted as written
 SAMPLES_FILE = "samples.csv.gz"  # gzip: a full suite holds ~10^6 samples
 SAMPLE_COLUMNS = ("key", "impl", "variant", "config", "shape", "mode", "sample", "time_us")
 
@@ -42,27 +53,37 @@ def new_row(impl: str, variant: str, config: str, shape: Shape, mode: str, *, mu
     return row
 
 
-def _stats(row: dict, times_us: list[float] | None, rates: dict[str, float]) -> dict:
+def _stats(row: dict, times_us: list[float] | None, rates: dict[str, float], schema: int,
+           physics: roofline.Physics | None) -> dict:
+    keys = STAT_KEYS if schema >= 2 else V1_STAT_KEYS
     if not times_us:
-        return {k: None for k in STAT_KEYS}
+        return {k: None for k in keys}
     sp = spread(times_us)
     shape = parse_shape(row["shape"])
     flops, nbytes = roofline.shape_flops(shape), roofline.shape_bytes(shape)
-    roof = roofline.roofline(flops, nbytes, rates[f"matmul_{shape.dtype}"], rates["bandwidth"])
     secs = sp.median / 1e6
-    return {"n": sp.n, "median_us": sp.median, "q1_us": sp.q1, "q3_us": sp.q3, "iqr_us": sp.iqr,
-            "rel_iqr": sp.rel_iqr, "ci_lo_us": sp.ci_lo, "ci_hi_us": sp.ci_hi, "ci_conf": sp.ci_conf,
-            "min_us": sp.min, "max_us": sp.max, "tflops": roofline.tflops(flops, secs),
-            "gbps": roofline.gbps(nbytes, secs), "floor_us": roof.floor_s * 1e6,
-            "pct_floor": roofline.pct_of_floor(roof.floor_s, secs), "bound": roof.bound, "speedup_vs": {}}
+    out = {"n": sp.n, "median_us": sp.median, "q1_us": sp.q1, "q3_us": sp.q3, "iqr_us": sp.iqr,
+           "rel_iqr": sp.rel_iqr, "ci_lo_us": sp.ci_lo, "ci_hi_us": sp.ci_hi, "ci_conf": sp.ci_conf,
+           "min_us": sp.min, "max_us": sp.max, "tflops": roofline.tflops(flops, secs),
+           "gbps": roofline.gbps(nbytes, secs), "speedup_vs": {}}
+    if schema < 2:
+        roof = roofline.roofline(flops, nbytes, rates[f"matmul_{shape.dtype}"], rates["bandwidth"])
+        return dict(out, floor_us=roof.floor_s * 1e6, pct_floor=roofline.pct_of_floor(roof.floor_s, secs),
+                    bound=roof.bound)
+    fl = roofline.attention_floors(shape, row["mode"], rates[f"matmul_{shape.dtype}"], rates["bandwidth"], physics)
+    pct = roofline.pct_of_floor(fl.floor_s, secs)
+    return dict(out, floor_us=fl.floor_s * 1e6, pct_floor=pct, bound=fl.bound, floor_mma_us=fl.mma_s * 1e6,
+                floor_exp_us=None if fl.exp_s is None else fl.exp_s * 1e6, floor_mem_us=fl.mem_s * 1e6,
+                pct_sol=pct, timed_content_unique=timed_content_unique(row, sp.n))
 
 
-def build_rows(records: list[dict], samples: dict[str, list[float]], rates: dict[str, float]) -> list[dict]:
-    """Records + raw samples + ceiling rates -> full summary rows (statistics and speedups)."""
+def build_rows(records: list[dict], samples: dict[str, list[float]], rates: dict[str, float], *,
+               schema: int = SCHEMA, physics: roofline.Physics | None = None) -> list[dict]:
+    """Records + raw samples + ceiling rates (+ the run's physics) -> full summary rows (statistics, speedups)."""
     rows = []
     for rec in records:
         row = {k: v for k, v in rec.items() if k not in STAT_KEYS}
-        row.update(_stats(row, samples.get(rec["key"]), rates))
+        row.update(_stats(row, samples.get(rec["key"]), rates, schema, physics))
         rows.append(row)
     sdpa = {(r["shape"], r["mode"], r["variant"]): r["median_us"] for r in rows
             if r["impl"] == SDPA and r["status"] == "ok" and r["median_us"]}
@@ -115,17 +136,20 @@ def recheck(row: dict) -> str:
     return "ok"
 
 
-def build_summary(meta: dict, records: list[dict], samples: dict[str, list[float]], rates: dict[str, float]) -> dict:
-    rows = build_rows(records, samples, rates)
+def build_summary(meta: dict, records: list[dict], samples: dict[str, list[float]], rates: dict[str, float], *,
+                  schema: int = SCHEMA, physics: roofline.Physics | None = None) -> dict:
+    if schema not in SCHEMAS:
+        raise ValueError(f"summary schema {schema!r} is not one of {SCHEMAS}")
+    rows = build_rows(records, samples, rates, schema=schema, physics=physics)
     for r in rows:
         r["status"] = recheck(r)
-    return summary_from_rows(meta, rows)
+    return summary_from_rows(meta, rows, schema=schema)
 
 
-def summary_from_rows(meta: dict, rows: list[dict]) -> dict:
+def summary_from_rows(meta: dict, rows: list[dict], *, schema: int = SCHEMA) -> dict:
     """summary.json from finished rows: the leaderboard and canonical speedup over them (also how the rows of
     a benchmark sharded over GPUs are put together: every row's statistics come from its own shard)."""
-    out = {"schema": SCHEMA, **meta, "rows": rows,
+    out = {"schema": schema, **meta, "rows": rows,
            "leaderboard": leaderboard(rows, meta["canonical"], meta["primary_mode"])}
     out.update(canonical(rows, meta["canonical"], meta["primary_mode"]))
     return out
