@@ -17,7 +17,7 @@ import pytest
 
 from evpack.model import ERROR, PASS
 from evpack.stages import bench, bench_shards
-from evpack.timing import ab, ceilings
+from evpack.timing import ab, ceilings, plots
 from evpack.timing import summary as sm
 from evpack.timing.shards import SHARDS_FILE
 from evpack.timing.suites import load_suite
@@ -73,6 +73,7 @@ def shard_bench(src: Path, dst: Path, groups: list[list[str]]) -> None:
         summary = sm.build_summary(meta, records, {k2: v for k2, v in samples.items() if k2 in keys}, rates,
                                    schema=schema)
         (d / "summary.json").write_text(json.dumps(summary))
+        plots.make_all(summary["rows"], d, summary["primary_mode"])  # as each shard's bench process draws them
         (d / "run.json").write_text(json.dumps(dict(run, shapes=shapes)))
         base_records = [r for r in ab_written["base_records"] if r["shape"] in shapes]
         base_keys = {r["key"] for r in base_records}
@@ -91,6 +92,7 @@ def shard_bench(src: Path, dst: Path, groups: list[list[str]]) -> None:
         (dst / f"{d.name}.log").write_text("")
     (dst / SHARDS_FILE).write_text(json.dumps({"schema": 1, "shards": shards}))
     (dst / "summary.json").write_text(json.dumps(sm.summary_from_rows(meta, rows, schema=schema)))
+    plots.make_all(rows, dst, meta["primary_mode"])  # as the stage draws them over the merged rows
     (dst / "procs.json").write_text(json.dumps(procs))
     for name in ("binary.json", "bench.log"):
         shutil.copyfile(src / name, dst / name)

@@ -358,7 +358,7 @@ def required_files(stage_dir: Path) -> tuple[str, ...]:
     except (OSError, ValueError, KeyError, TypeError):
         return top + figures  # an unreadable shards.json: derive names it
     return top + figures + tuple(f"{d.name}/{f}" for d in folders
-                                 for f in REQUIRED_FILES + ab_stage.required_files(d))
+                                 for f in REQUIRED_FILES + _expected_plots(d) + ab_stage.required_files(d))
 
 
 def _expected_plots(stage_dir: Path) -> tuple[str, ...]:

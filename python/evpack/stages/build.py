@@ -125,7 +125,10 @@ def required_files(stage_dir: Path) -> tuple[str, ...]:
         ok = read_json(stage_dir / "result.json")["returncode"] == 0
     except (OSError, ValueError, KeyError, TypeError):
         return REQUIRED_FILES  # unreadable: the derivation names it
-    return REQUIRED_FILES + (("kernels.log",) if ok else ())
+    out = REQUIRED_FILES + (("kernels.log",) if ok else ())
+    if ok and any(stage_dir.glob("skipped_*.json")):  # a build that writes the notes writes one per extension
+        out += tuple(f"skipped_{m}.json" for m, rec in MODULES.items() if (stage_dir / rec).is_file())
+    return out
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:

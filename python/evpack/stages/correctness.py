@@ -186,6 +186,16 @@ def shortcut_problems(stage_dir: Path, rows_by_variant: dict[str, list[dict]], *
     return problems
 
 
+def required_files(stage_dir: Path) -> tuple[str, ...]:
+    """REQUIRED_FILES, and the shortcut set's seed file when a cell was run on it (its command says so)."""
+    try:
+        procs = read_json(stage_dir / "procs.json")
+        seeded = any("--shortcut-seed" in rec.get("cmd", ()) for rec in procs.values())
+    except (OSError, ValueError, AttributeError, TypeError):
+        return REQUIRED_FILES  # unreadable: the derivation names it
+    return REQUIRED_FILES + ((SHORTCUT_FILE,) if seeded else ())
+
+
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     procs = read_json(stage_dir / "procs.json")
     names = [n for n in procs if n not in CANARIES]
