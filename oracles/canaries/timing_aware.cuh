@@ -15,7 +15,10 @@
 namespace evpack {
 namespace canary_timing_aware {
 
-constexpr int64_t kRapidNs = 100000;  // 100 us: a loop enqueues a call every ~10-30 us; a checked call waits
+// 2 ms: a timing loop enqueues its calls well within that of each other (each after a per-call content raise
+// on the host); the first call after a host wait (a batch's end, a check) computes. 100 us was too short: with
+// the per-call content raise between timed calls the cheat never fired on an H200 (pack 20261124T153635Z).
+constexpr int64_t kRapidNs = 2000000;
 
 template <class Cfg, class T, int kHeadDim>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(FwdParams p) {

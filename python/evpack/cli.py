@@ -291,8 +291,9 @@ def cmd_label(args) -> int:
         print(f"error: {pack.name} does not verify ({len(problems)} mismatch(es), first: {problems[0]}); "
               "its labels are not printed", file=sys.stderr)
         return 1
+    out = format_labels(load_pack_record(pack), args.format, signer=prov.principal)
     print(f"provenance: {prov.summary}", file=sys.stderr)  # who signed; stdout stays the labels alone
-    print(format_labels(load_pack_record(pack), args.format, signer=prov.principal))
+    print(out)
     return 0
 
 
@@ -333,6 +334,11 @@ def cmd_report(args) -> int:
     pack = resolve_pack(args.pack)
     if merge_cli.is_merged_verdict(pack):
         raise PackError(f"{pack} is a merged verdict: its report.md and comment.md are in it (`report` renders a pack)")
+    from .reporting import missing_renderer
+
+    why = missing_renderer()
+    if why is not None:
+        raise PackError(why)
     problems, _ = verify_all(pack, stages=args.stage_package)
     if problems:  # a report is a view of verified data only
         print(f"error: {pack.name} does not verify ({len(problems)} mismatch(es), first: {problems[0]}); "

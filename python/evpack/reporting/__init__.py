@@ -31,9 +31,10 @@ def missing_renderer() -> str | None:
     """
     from importlib.util import find_spec
 
-    missing = [dist for dist, module in (("markdown-it-py", "markdown_it"), ("jinja2", "jinja2"))
+    missing = [(dist, module) for dist, module in (("markdown-it-py", "markdown_it"), ("jinja2", "jinja2"))
                if find_spec(module) is None]
     if not missing:
         return None
-    return ("the report renderer is not importable: " + ", ".join(missing) + " missing; install "
-            + " ".join(f"{d}=={RENDERER_PINS[d]}" for d in missing) + " (pure-Python wheels)")
+    return ("the report renderer is not importable: " + ", ".join(f"{d} (module '{m}')" for d, m in missing)
+            + " missing; install " + " ".join(f"{d}=={RENDERER_PINS[d]}" for d, _ in missing)
+            + " (pure-Python wheels)")
