@@ -196,7 +196,7 @@ CANARIES: tuple[Variant, ...] = (
             "content-keyed cache: a per-CTA copy of each output tile, keyed on a sample of the input content, "
             "returned instead of computing when that sample repeats", "bench"),
     _canary("canary_timing_aware", "oracles/canaries/timing_aware.cuh", "scalar",
-            "timing-aware: a call within 100 us of the previous one (a timed or warm-up loop) copies the last "
+            "timing-aware: a call within 2 ms of the previous one (a timed or warm-up loop) copies the last "
             "computed output instead of computing", "bench"),
 )
 

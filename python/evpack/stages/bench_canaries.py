@@ -5,7 +5,7 @@ and judged by the same rules, each one caught only by the rule of its class.
                          any rule fires (speed of light, device drain, timed outputs, re-check after timing)
   canary_content_cache   a per-CTA output cache keyed on a sample of the input content
                          (canary_content_cache.json); caught when the content probe flags it
-  canary_timing_aware    copies its last output when called within 100 us of the previous call
+  canary_timing_aware    copies its last output when called within 2 ms of the previous call
                          (canary_timing_aware.json); caught when a kept timed output differs from an untimed
                          call on exactly the inputs that call saw (new content every call makes the copy stale)
 
