@@ -151,7 +151,13 @@ def pack_json(*, pack_id: str, created: str, git, toolchain: dict, warnings: lis
 
 def write_index(pack_dir: Path) -> dict:
     """index.json: the SHA-256 of every file but those written after it. A pack holds regular files
-    only: a symlink or a special file is refused here, before the pack is finished."""
+    only: a symlink or a special file is refused here, before the pack is finished. A folder left
+    empty (a stage that copied nothing into it) is removed: a pack's folders are those of its files,
+    and verify refuses an empty one."""
+    for d in sorted((p for p in pack_dir.rglob("*") if p.is_dir() and not p.is_symlink()),
+                    key=lambda p: len(p.parts), reverse=True):
+        if not any(d.iterdir()):
+            d.rmdir()
     files = {}
     for p in sorted(pack_dir.rglob("*")):
         rel = p.relative_to(pack_dir).as_posix()

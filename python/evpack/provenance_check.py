@@ -59,15 +59,21 @@ def _unsigned(problems: list[str], require: bool, summary: str) -> ProvenanceChe
     return ProvenanceCheck(UNSIGNED, tuple(problems), None, None, summary)
 
 
-def check_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
-                     require_signature: bool = False) -> ProvenanceCheck:
-    """Check provenance.json and its signature. SigningError (exit 2) for bad input only."""
+def signer_options(allowed_signers: Path | None, require_signature: bool) -> Path | None:
+    """The allowed-signers file, checked; SigningError (exit 2) for bad options, before any pack is read."""
     if require_signature and allowed_signers is None:
         raise SigningError("--require-signature needs --allowed-signers FILE: a signature is trusted only "
                            "against known signers")
     allowed = read_allowed_signers(allowed_signers) if allowed_signers is not None else None
     if allowed is not None:
         ssh_keygen()
+    return allowed
+
+
+def check_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
+                     require_signature: bool = False) -> ProvenanceCheck:
+    """Check provenance.json and its signature. SigningError (exit 2) for bad input only."""
+    allowed = signer_options(allowed_signers, require_signature)
     has_record, entry = _signing_record(pack_dir)
     record = entry if isinstance(entry, dict) else None
     prov, sig = pack_dir / PROVENANCE_FILE, pack_dir / SIGNATURE_FILE

@@ -1,8 +1,11 @@
 """`verify PACK`: re-hash every file, re-derive every stage once, compare decisions and data.
 
 What is compared (the pack format is a public API, so prose never is):
-- every file against index.json (no symlinks, no special files, nothing unlisted but the
-  provenance files written after the index);
+- every file against index.json (no symlinks, no special files, no empty folders, nothing unlisted
+  but the provenance files written after the index);
+- before anything is opened: a pack holding a symlink, a special file, an unreadable entry or a file
+  over packfs.MAX_FILE_BYTES is reported and nothing else of it is read; a record naming a path out of
+  its folder (packfs.plain_name) is reported and nothing is derived;
 - each stage's status and the numbers/decision fields of its data (prose keys dropped) against
   both `<stage>/outcome.json` and `pack.json`;
 - each gate's status, the label and the finer labels against what the re-derived gates give;
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from .binary import sha256_file
@@ -32,34 +36,74 @@ from .model import (
     StageOutcome,
 )
 from .pack import PackError, stage_names_of
-from .provenance_check import ProvenanceCheck, check_provenance
+from .packfs import MAX_FILE_BYTES, plain_name
+from .provenance_check import UNCHECKED, ProvenanceCheck, check_provenance, signer_options
 from .stages.order import stage_module
+from .stages.procs import PROCS_FILE
 
 MAX_LISTED = 20  # per kind of file problem; the rest are counted
 
 
-def list_files(pack_dir: Path) -> tuple[set[str], list[str]]:
-    """(regular files relative to the pack, problems: symlinks and special files)."""
-    files, problems = set(), []
+def shown(name: str) -> str:
+    """A name from a pack as one printable line: control characters, and bytes that are not UTF-8,
+    escaped (a file name holding a newline cannot print a line of its own)."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in name)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a pack folder holds, read without opening any file."""
+
+    files: frozenset[str]  # regular files (relative, posix), none larger than MAX_FILE_BYTES
+    unsafe: tuple[str, ...]  # entries no reader may open: symlinks, special files, unreadable or oversized
+    empty: tuple[str, ...]  # folders that hold nothing: a pack's folders are those of its files
+
+
+def scan(pack_dir: Path) -> Listing:
+    """Walk the pack with lstat only: nothing is opened, no link is followed."""
+    files, unsafe, empty = set(), [], []
     stack = [pack_dir]
     while stack:
         d = stack.pop()
-        for p in sorted(d.iterdir()):
+        where = shown(d.relative_to(pack_dir).as_posix())
+        try:
+            entries = sorted(d.iterdir())
+        except OSError as exc:
+            unsafe.append(f"unreadable folder in pack: {where} ({exc.strerror or exc})")
+            continue
+        if not entries and d != pack_dir:
+            empty.append(f"empty folder in pack: {where} (a pack's folders are those of the files index.json "
+                         "lists)")
+        for p in entries:
             rel = p.relative_to(pack_dir).as_posix()
-            mode = p.lstat().st_mode
-            if stat.S_ISLNK(mode):
-                problems.append(f"symlink in pack: {rel} (a pack holds regular files only)")
-            elif stat.S_ISDIR(mode):
+            try:
+                st = p.lstat()
+            except OSError as exc:
+                unsafe.append(f"unreadable entry in pack: {shown(rel)} ({exc.strerror or exc})")
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                unsafe.append(f"symlink in pack: {shown(rel)} (a pack holds regular files only)")
+            elif stat.S_ISDIR(st.st_mode):
                 stack.append(p)
-            elif stat.S_ISREG(mode):
-                files.add(rel)
+            elif not stat.S_ISREG(st.st_mode):
+                unsafe.append(f"special file in pack: {shown(rel)}")
+            elif st.st_size > MAX_FILE_BYTES:
+                unsafe.append(f"file too large: {shown(rel)} ({st.st_size} bytes; no file of a pack is over "
+                              f"{MAX_FILE_BYTES >> 20} MiB): not read")
             else:
-                problems.append(f"special file in pack: {rel}")
-    return files, problems
+                files.add(rel)
+    return Listing(frozenset(files), tuple(unsafe), tuple(empty))
+
+
+def list_files(pack_dir: Path) -> tuple[set[str], list[str]]:
+    """(regular files relative to the pack, problems: symlinks, special files, oversized or unreadable
+    entries, empty folders)."""
+    listing = scan(pack_dir)
+    return set(listing.files), [*listing.unsafe, *listing.empty]
 
 
 def _listed(kind: str, names: list[str]) -> list[str]:
-    out = [f"{kind}: {n}" for n in names[:MAX_LISTED]]
+    out = [f"{kind}: {shown(n)}" for n in names[:MAX_LISTED]]
     if len(names) > MAX_LISTED:
         out.append(f"{kind}: ... and {len(names) - MAX_LISTED} more")
     return out
@@ -82,20 +126,29 @@ def compare_index(folder: Path, listed: dict, present: set[str]) -> list[str]:
     """The files present against the index's table: missing, unlisted, hashed otherwise."""
     problems = _listed("missing file", sorted(set(listed) - present))
     problems += _listed("file not in index.json", sorted(present - set(listed)))
-    bad = [rel for rel in sorted(set(listed) & present) if sha256_file(folder / rel) != listed[rel]]
-    return problems + _listed("hash mismatch", bad)
+    bad, unreadable = [], []
+    for rel in sorted(set(listed) & present):
+        try:
+            if sha256_file(folder / rel) != listed[rel]:
+                bad.append(rel)
+        except OSError:  # no read permission, an I/O error: named, never a traceback
+            unreadable.append(rel)
+    return problems + _listed("hash mismatch", bad) + _listed("unreadable file", unreadable)
 
 
-def check_index(pack_dir: Path) -> list[str]:
-    """Every file hashed as index.json says; nothing else in the pack but the unindexed files."""
+def check_index(pack_dir: Path, listing: Listing | None = None) -> list[str]:
+    """Every file hashed as index.json says; nothing else in the pack but the unindexed files. A pack
+    holding an entry no reader may open (Listing.unsafe) gets those problems alone: nothing is read."""
+    listing = listing or scan(pack_dir)
+    if listing.unsafe:
+        return list(listing.unsafe)
     try:
         listed, problems = read_index(pack_dir)
     except FileNotFoundError:
         raise PackError(f"{pack_dir}: no index.json: not a finished pack") from None
     if listed is None:
         return problems
-    present, problems = list_files(pack_dir)
-    return problems + compare_index(pack_dir, listed, present - set(UNINDEXED_FILES))
+    return list(listing.empty) + compare_index(pack_dir, listed, set(listing.files) - set(UNINDEXED_FILES))
 
 
 def _load_pack_json(pack_dir: Path) -> tuple[dict | None, list[str]]:
@@ -172,16 +225,43 @@ def compare_stage(name: str, out: StageOutcome, pj: dict, pack_dir: Path) -> lis
     return problems
 
 
-def verify_pack(pack_dir: Path, *, stages: str | None = None) -> list[str]:
-    """Mismatches (empty when the pack verifies). Raises PackError when it is not a pack at all."""
+def record_name_problems(pack_dir: Path, files: frozenset[str], stage_names) -> list[str]:
+    """Names that records give readers to join to a stage folder (the cells of procs.json) and that are
+    not file names inside it: checked before any stage reads them."""
+    problems = []
+    for name in stage_names:
+        if f"{name}/{PROCS_FILE}" not in files:
+            continue
+        try:
+            cells = read_json(pack_dir / name / PROCS_FILE)
+        except (OSError, ValueError, RecursionError):
+            continue  # an unreadable record is named by the stage's derivation
+        if isinstance(cells, dict):
+            problems += [f"stage {name}: {PROCS_FILE} names cell {shown(repr(c))}: not a file name inside "
+                         f"{name}/ (nothing of this pack is derived)" for c in cells if not plain_name(c)]
+    return problems
+
+
+def pack_folder(pack_dir: Path) -> Path:
+    """The pack folder, resolved. PackError when it is not a pack folder at all."""
     if pack_dir.is_symlink() and pack_dir.name != "latest":
         raise PackError(f"{pack_dir}: a pack folder is never a symlink")
     if not pack_dir.is_dir():
         raise PackError(f"{pack_dir}: no such pack folder")
     if pack_dir.resolve().name.startswith(".incomplete-"):
         raise PackError(f"{pack_dir}: an interrupted run's folder, not a finished pack")
-    pack_dir = pack_dir.resolve()
-    problems = check_index(pack_dir)
+    return pack_dir.resolve()
+
+
+def verify_pack(pack_dir: Path, *, stages: str | None = None) -> list[str]:
+    """Mismatches (empty when the pack verifies). Raises PackError when it is not a pack at all.
+    A pack holding an entry no reader may open, or a record naming a path out of its folder, is
+    reported without reading or deriving anything more."""
+    pack_dir = pack_folder(pack_dir)
+    listing = scan(pack_dir)
+    problems = check_index(pack_dir, listing)
+    if listing.unsafe:
+        return problems
     pj, pj_problems = _load_pack_json(pack_dir)
     if pj is None:
         return problems + pj_problems
@@ -196,6 +276,9 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None) -> list[str]:
     missing_gates = [g for g in REQUIRED_GATES[schema] if g not in pj["gates"]]
     if missing_gates:
         problems.append(f"pack.json lacks gates every schema-{schema} pack holds: {', '.join(missing_gates)}")
+    unsafe_names = record_name_problems(pack_dir, listing.files, stage_names_of(pj))
+    if unsafe_names:
+        return problems + unsafe_names
     derived = derive_all(pack_dir, stage_names_of(pj), stages=stages, gate_names=REQUIRED_GATES[schema],
                          parallel=True)
     problems += check_required_files(pack_dir, schema, derived.stages, stages)
@@ -236,6 +319,13 @@ def verify_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
 def verify_all(pack_dir: Path, *, allowed_signers: Path | None = None, require_signature: bool = False,
                stages: str | None = None) -> tuple[list[str], ProvenanceCheck]:
     """Everything `verify` checks: the pack's consistency and its provenance statement (and signature).
-    Bad signing options (an unreadable allowed-signers file, ...) raise before the pack is read."""
+    Bad signing options (an unreadable allowed-signers file, ...) raise before the pack is read; a pack
+    holding an entry no reader may open (a symlink, a named pipe, ...) is reported before any of its
+    files is opened, its signature unchecked."""
+    signer_options(allowed_signers, require_signature)
+    unsafe = scan(pack_folder(pack_dir)).unsafe
+    if unsafe:
+        return list(unsafe), ProvenanceCheck(UNCHECKED, (), None, None,
+                                             "not checked: the pack holds entries that are not opened")
     prov = verify_provenance(pack_dir, allowed_signers=allowed_signers, require_signature=require_signature)
     return verify_pack(pack_dir, stages=stages) + list(prov.problems), prov

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import gzip
 import subprocess
+import zlib
 from collections import Counter
 from pathlib import Path
 
 from .. import binary, registry, toolcache, tools
+from ..packfs import plain_name, read_gzip
 from ..parsers import sass, symbols
 from ..reporting.markdown import code, fence, short, text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
@@ -64,10 +66,8 @@ def _dump_name(module: str) -> str:
 
 
 def read_dump(path: Path) -> str:
-    """The cuobjdump output as it was printed (gzip is storage only)."""
-    data = path.read_bytes()
-    if path.suffix == ".gz":
-        data = gzip.decompress(data)
+    """The cuobjdump output as it was printed (gzip is storage only; inflated up to packfs' limit)."""
+    data = read_gzip(path) if path.suffix == ".gz" else path.read_bytes()
     return data.decode("utf-8", errors="replace")
 
 
@@ -253,13 +253,17 @@ def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict],
         if mine.get("sha256") != b.get("sha256"):
             failures.append(f"{module}: binary mismatch: build recorded sha256 {b.get('sha256')}, "
                             f"disassembled {mine.get('sha256')} ({mine.get('path')})")
-        dump = stage_dir / (entry.get("dump") or _dump_name(module))
+        dump_name = entry.get("dump") or _dump_name(module)
+        if not plain_name(dump_name):  # a record names a file inside sass/, never a path out of the pack
+            problems.append(f"{module}: dump {dump_name!r} is not a file name inside sass/")
+            continue
+        dump = stage_dir / dump_name
         if entry.get("rc") not in (0, None) or not dump.exists():
             problems.append(f"{module}: cuobjdump did not produce a dump (rc {entry.get('rc')})")
             continue
         try:
             fns = sass.parse_sass(read_dump(dump))
-        except (sass.SassParseError, OSError, EOFError) as e:
+        except (sass.SassParseError, OSError, EOFError, ValueError, zlib.error) as e:
             problems.append(f"{module}: {e}")
             continue
         if not fns:

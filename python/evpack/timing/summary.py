@@ -237,12 +237,12 @@ def read_samples(path: Path) -> dict[str, list[float]]:
     every field is read as text and time_us parsed by float(): an exact round trip.
     """
     import csv
-    import gzip
     import zlib
 
+    from ..packfs import read_gzip  # inflated up to a limit: a decompression bomb is an error
+
     try:
-        with gzip.open(path, "rb") as f:
-            lines = f.read().decode("utf-8").splitlines()
+        lines = read_gzip(path).decode("utf-8").splitlines()
     except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
         raise ValueError(f"{path.name}: {exc}") from None
     if not lines:
