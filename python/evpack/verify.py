@@ -42,6 +42,9 @@ from .stages.order import stage_module
 from .stages.procs import PROCS_FILE
 
 MAX_LISTED = 20  # per kind of file problem; the rest are counted
+# The first pack schema whose writer removes the folders a stage left empty (pack.write_index): from it on an
+# empty folder is a mismatch; in older packs it is no claim and is ignored (they keep verifying).
+EMPTY_FOLDERS_REFUSED_FROM = 3
 
 
 def shown(name: str) -> str:
@@ -269,6 +272,8 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None) -> list[str]:
     if schema not in KNOWN_SCHEMAS:
         return problems + [f"pack.json schema_version {schema!r} is unknown to this verify (it knows "
                            f"{', '.join(map(str, KNOWN_SCHEMAS))}): use a newer evpack"]
+    if schema < EMPTY_FOLDERS_REFUSED_FROM:  # older writers could leave a stage's folder empty: no byte, no claim
+        problems = [p for p in problems if p not in listing.empty]
     if pj.get("complete") is not True:
         problems.append("pack.json is not marked complete")
     if pack_dir.name != pj.get("pack_id"):
