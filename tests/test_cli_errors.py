@@ -259,5 +259,6 @@ def test_a_merged_verdict_whose_member_index_is_a_folder(good_pack, tmp_path):
     index.mkdir()
     for command in ("verify", "label"):
         code, out, err = run_main(command, str(verdict), "--stage-package", FAKE)
-        assert code == 1 and "index.json" in out + err and "not a regular file" in out + err, out + err
+        said = out + err  # the verdict's scan names the (empty) folder first, or the member check its type
+        assert code == 1 and "index.json" in said and ("not a regular file" in said or "empty folder" in said), said
         assert "Traceback" not in out + err and "internal error" not in err
