@@ -145,3 +145,12 @@ def copy_pack(src: Path, dst_root: Path) -> Path:
     dst = dst_root / src.name
     shutil.copytree(src, dst, symlinks=True)
     return dst
+
+
+@pytest.fixture
+def needs_ssh_keygen():
+    """For the tests that sign and check signatures with the real OpenSSH client (`pytestmark` of their files)."""
+    if shutil.which("ssh-keygen") is None:
+        from ssh_helpers import missing
+
+        missing("ssh-keygen not found on PATH (OpenSSH client): the signature tests need the real tool")

@@ -27,7 +27,6 @@ import pytest
 from conftest import REPO, copy_pack, fake_pack, verify_fake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ssh_helpers import missing
 
 from evpack.packfs import MAX_FILE_BYTES, MAX_INFLATED_BYTES, plain_name, read_gzip
 from evpack.provenance_check import check_provenance
@@ -40,10 +39,7 @@ UNINDEXED = ("provenance.json", "provenance.json.sig")
 SIGNED_ARGS = ("--allowed-signers", str(ALLOWED), "--require-signature")
 
 
-@pytest.fixture(autouse=True)
-def _needs_ssh_keygen():
-    if shutil.which("ssh-keygen") is None:
-        missing("ssh-keygen not found on PATH (OpenSSH client): the signature tests need the real tool")
+pytestmark = pytest.mark.usefixtures("needs_ssh_keygen")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, copy_pack, run_cli, verify_fake
-from ssh_helpers import missing
 from test_attacks_pack_fs import bounded_cli
 from test_merge import env, member  # noqa: F401  (fixtures)
 from test_signing import allowed, keygen, keys, make_pack  # noqa: F401  (keys: a fixture)
@@ -36,10 +35,7 @@ VERIFIES = {"binary": {s: "ab" * 32 for s in ("build", "sass", "tensor_proof", "
                                               "stability", "bench")}}
 
 
-@pytest.fixture(autouse=True)
-def _needs_ssh_keygen():
-    if shutil.which("ssh-keygen") is None:
-        missing("ssh-keygen not found on PATH (OpenSSH client): the signature tests need the real tool")
+pytestmark = pytest.mark.usefixtures("needs_ssh_keygen")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -19,7 +18,6 @@ import pytest
 from conftest import REPO, copy_pack, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ssh_helpers import missing
 
 from evpack.provenance_check import check_provenance
 from evpack.sigform import ED25519_L, armor, signature_form_problem
@@ -31,10 +29,7 @@ ALLOWED = REF / "allowed_signers"
 UNINDEXED = ("provenance.json", "provenance.json.sig")
 
 
-@pytest.fixture(autouse=True)
-def _needs_ssh_keygen():
-    if shutil.which("ssh-keygen") is None:
-        missing("ssh-keygen not found on PATH (OpenSSH client): the signature tests need the real tool")
+pytestmark = pytest.mark.usefixtures("needs_ssh_keygen")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from conftest import FAKE, REPO, copy_pack, fake_pack, run_cli, verify_fake
-from ssh_helpers import missing
 
 from evpack.attest import SigningFailed, collect_run_facts, tree_digest, write_provenance
 from evpack.pack import write_index
@@ -25,10 +24,7 @@ from evpack.verify import verify_pack, verify_provenance
 REFERENCE = REPO / "artifacts" / "reference" / "20261121T142018Z-b40b5c2fd4c6"
 
 
-@pytest.fixture(autouse=True)
-def _needs_ssh_keygen():
-    if shutil.which("ssh-keygen") is None:
-        missing("ssh-keygen not found on PATH (OpenSSH client): the signing tests need the real tool")
+pytestmark = pytest.mark.usefixtures("needs_ssh_keygen")
 
 
 def keygen(folder: Path, name: str, comment: str, passphrase: str = "") -> Path:
