@@ -58,7 +58,7 @@ def _tile(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, seqlen, qk_
 
 
 @triton.jit
-def fwd_kernel(Q, K, V, O,
+def fwd_kernel(Q, K, V, O,  # noqa: E741 (the interface names the output O)
                stride_qb8, stride_qh8, stride_qm8, stride_kb8, stride_kh8, stride_kn8,
                stride_vb8, stride_vh8, stride_vn8, stride_ob8, stride_oh8, stride_om8,
                heads, seqlen, sm_scale, causal,

@@ -17,7 +17,7 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def fwd_kernel(Q, K, V, O,
+def fwd_kernel(Q, K, V, O,  # noqa: E741 (the interface names the output O)
                stride_qb8, stride_qh8, stride_qm8, stride_kb8, stride_kh8, stride_kn8,
                stride_vb8, stride_vh8, stride_vn8, stride_ob8, stride_oh8, stride_om8,
                heads, seqlen, sm_scale, causal,

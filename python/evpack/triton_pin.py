@@ -9,10 +9,11 @@ torch or triton (importlib.metadata reads the installed distributions).
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+
+import tomllib
 
 _PIN = re.compile(r"^\s*(?P<name>[A-Za-z0-9_.-]+)\s*==\s*(?P<version>[^;\s]+)")
 
