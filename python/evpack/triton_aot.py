@@ -129,6 +129,10 @@ def compile_one(fn, variant: registry.Variant, cfg: registry.TileConfig, dtype: 
     src = triton.compiler.ASTSource(named, signature, constexprs={"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
                                                                   "HEAD_DIM": head_dim}, attrs=attrs)
     target = GPUTarget("cuda", TRITON_CAPABILITY[arch], 32)
+    # compiled now, never from Triton's cache (a cache hit runs no ptxas, so prints no report), and the
+    # report of the ptxas run that makes this cubin printed (to the captured stdout)
+    triton.knobs.compilation.always_compile = True
+    triton.knobs.nvidia.dump_ptxas_log = True
     log = io.StringIO()
     try:
         with contextlib.redirect_stdout(log):
@@ -150,8 +154,10 @@ def compile_one(fn, variant: registry.Variant, cfg: registry.TileConfig, dtype: 
     if params != EXPECTED_PARAMS:
         raise AotError(f"{label}: PTX parameters {params} are not the launcher's {EXPECTED_PARAMS}")
     ptxas_log = log.getvalue()
-    cubin_arch = re.search(r"for '(sm_\w+)'", ptxas_log)
-    sm = cubin_arch[1] if cubin_arch else f"sm_{arch}"
+    cubin_arch = re.search(rf"Compiling entry function '{re.escape(name)}' for '(sm_\w+)'", ptxas_log)
+    if cubin_arch is None:
+        raise AotError(f"{label}: Triton printed no ptxas report for {name} (knobs.nvidia.dump_ptxas_log)")
+    sm = cubin_arch[1]
     stem = f"{cfg.name}_{dtype}_d{head_dim}_{sm}"
     vdir = out / variant.name
     vdir.mkdir(parents=True, exist_ok=True)
@@ -234,8 +240,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--archs", required=True, help="EVPACK_CUDA_ARCHS entries, comma or ';' separated")
     ap.add_argument("--fatbinary", default="fatbinary")
     args = ap.parse_args(argv)
-    os.environ["TRITON_ALWAYS_COMPILE"] = "1"  # every kernel compiled now (a cache hit prints no ptxas report)
-    os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
     os.environ.setdefault("TRITON_CACHE_DIR", str(args.out / "cache"))
     try:
         variants = [registry.get(n.strip(), include_canaries=True) for n in args.variants.split(",") if n.strip()]
