@@ -150,7 +150,8 @@ def _decoy_canary(stage_dir: Path, name: str) -> dict:
     return {"name": name, "expected": f"coverage < {COVERAGE_MIN:.0%}",
             "observed": problem or f"max coverage {worst_cov:.2%}",
             "caught": problem is None and bool(crows) and all(r["coverage"] < COVERAGE_MIN for r in crows),
-            "reason": problem or "decoy tensor instructions executed but did not do the work"}
+            "reason": problem or ("decoy HMMA executed but did not do the work" if name == CANARY
+                                  else "decoy tensor instructions executed but did not do the work")}
 
 
 def _foreign_note(row: dict) -> str:
