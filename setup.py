@@ -3,8 +3,11 @@
     python setup.py build_ext --inplace        # -> python/evpack/_C*.so (+ _canaries*.so)
 
 Extensions: evpack._C (registry.VARIANTS) and, with EVPACK_CANARIES=1, evpack._canaries
-(registry.CANARIES). Both compile csrc/bindings.cpp, csrc/registry.cpp and the instantiation
-files that python/evpack/buildgen.py writes into build/generated/<extension>/.
+(registry.CANARIES). Both compile csrc/bindings.cpp, csrc/registry.cpp, csrc/triton_launch.cpp and the
+instantiation files that python/evpack/buildgen.py writes into build/generated/<extension>/. Triton
+variants (registry language "triton") are compiled first, ahead of time, by python -m evpack.triton_aot
+into build/triton/<extension>/ (cubin, PTX, metadata, ptxas report, one fat binary per kernel); the
+registration files python/evpack/triton_cpp.py writes embed those fat binaries in the extension.
 
 Environment:
   EVPACK_CUDA_ARCHS   SM versions, ";" or "," separated (default "80;89;90;90a"): one SASS per arch, one
@@ -125,6 +128,46 @@ def _select(registry) -> tuple[list, list]:
     return variants, canaries
 
 
+def _split_triton(group: list, archs: list[str], buildgen) -> tuple[list, list, list]:
+    """(CUDA variants, [(Triton variant, its archs)], [(skipped Triton variant, reason)]). A Triton variant is
+    built for the archs of its registry `archs` that EVPACK_CUDA_ARCHS lists; with no Triton installed it is
+    left out with the reason; a Triton other than the one torch requires stops the build (one line)."""
+    cuda = [v for v in group if v.language != "triton"]
+    triton, skipped = [], []
+    wanted = [v for v in group if v.language == "triton"]
+    if not wanted:
+        return cuda, triton, skipped
+    pin = _load("triton_pin").triton_pin(ROOT)
+    if pin.installed is not None and pin.problem:
+        raise SystemExit(f"evpack build: {pin.problem}")
+    for v in wanted:
+        mine = buildgen.variant_archs(v, archs)
+        if pin.installed is None:
+            skipped.append((v.name, pin.problem))
+        elif not mine:
+            skipped.append((v.name, f"needs {' or '.join('sm_' + a for a in v.archs)}, which EVPACK_CUDA_ARCHS "
+                                    f"({';'.join(archs)}) does not list"))
+        else:
+            triton.append((v, mine))
+    return cuda, triton, skipped
+
+
+def _triton_aot(ext: str, variants: list, out_dir: Path, fatbinary: str) -> dict:
+    """Compile `variants` (Triton) ahead of time into out_dir (python -m evpack.triton_aot); the manifest."""
+    archs = sorted({a for _, mine in variants for a in mine})
+    cmd = [sys.executable, "-m", "evpack.triton_aot", "--repo", str(ROOT), "--out", str(out_dir), "--ext", ext,
+           "--variants", ",".join(v.name for v, _ in variants), "--archs", ",".join(archs), "--fatbinary", fatbinary]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "python"),
+                                                                     os.environ.get("PYTHONPATH")])))
+    print(f"evpack build: triton {', '.join(v.name for v, _ in variants)} for {', '.join(archs)} ({ext})", flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    sys.stdout.write(proc.stdout)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        raise SystemExit(lines[-1] if lines else f"evpack build: triton AOT build exited {proc.returncode}")
+    return json.loads((out_dir / "manifest.json").read_text())
+
+
 def _build_tools(buildtools):
     """The ninja this build runs (first on its PATH from here on) and the compiler cache it may use."""
     build_dir = ROOT / "build"
@@ -171,12 +214,16 @@ def _extensions_and_cmdclass():
     if os.environ.get("EVPACK_CANARIES", "") == "1":
         groups["_canaries"] = canaries
 
+    triton_cpp = _load("triton_cpp")
+    triton_builds: dict[str, list] = {}  # ext -> [(Triton variant, archs)]
     generated: dict[str, tuple[Path, list]] = {}
     own_objects: dict[str, list[tuple[str, tuple[str, ...]]]] = {}  # ext -> [(instantiation file, archs)]
     extensions = []
     for ext, group in groups.items():
         out_dir = Path("build") / "generated" / ext
-        plain, specific, skipped = _split_by_arch(group, archs, buildgen, real_nvcc)
+        cuda_group, triton_builds[ext], triton_skipped = _split_triton(group, archs, buildgen)
+        plain, specific, skipped = _split_by_arch(cuda_group, archs, buildgen, real_nvcc)
+        skipped += triton_skipped
         for name, reason in skipped:
             print(f"evpack build: skipping variant {name}: {reason}", file=sys.stderr, flush=True)
         generated[ext] = (out_dir, plain + [v for v, _ in specific], skipped)
@@ -186,7 +233,9 @@ def _extensions_and_cmdclass():
         extensions.append(
             cpp.CppExtension(
                 name=f"evpack.{ext}",
-                sources=["csrc/bindings.cpp", "csrc/registry.cpp", *instantiations],
+                sources=["csrc/bindings.cpp", "csrc/registry.cpp", "csrc/triton_launch.cpp", *instantiations,
+                         *[(out_dir / triton_cpp.file_name(v.name, dt, d)).as_posix()
+                           for v, _ in triton_builds[ext] for dt in v.dtypes for d in v.head_dims]],
                 include_dirs=include_dirs,
                 library_dirs=[str(lib_dir)],
                 libraries=["cudart"],
@@ -230,6 +279,15 @@ def _extensions_and_cmdclass():
                 text = json.dumps([{"variant": n, "reason": r} for n, r in skipped], indent=1) + "\n"
                 if not note.exists() or note.read_text() != text:
                     note.write_text(text)
+            for ext, tvars in triton_builds.items():
+                if not tvars:
+                    continue
+                out_dir = ROOT / "build" / "triton" / ext
+                manifest = _triton_aot(ext, tvars, out_dir, str(Path(cpp.CUDA_HOME) / "bin" / "fatbinary"))
+                for name, text in triton_cpp.plan(manifest, out_dir):
+                    path = ROOT / generated[ext][0] / name
+                    if not path.exists() or path.read_text() != text:
+                        path.write_text(text)
             (build_dir / "tools" / buildtools.RECORD).unlink(missing_ok=True)  # written again after this build
             session = buildtools.CacheSession(cache, build_dir)
             session.start(os.environ)  # a cache that cannot start leaves session.tool None: a plain compile

@@ -109,10 +109,15 @@ def sources_digest(repo: Path) -> str:
     return h.hexdigest()
 
 
+def _is_cuda(variant) -> bool:
+    """Whether nvcc instantiates this variant (a registry language "cuda" body); Triton ones are built apart."""
+    return getattr(variant, "language", "cuda") == "cuda"
+
+
 def plan(variants: Iterable, digest: str = "") -> list[tuple[str, str]]:
     """(file name, content) of every instantiation file, in registry order (registry.kernel_grid axes)."""
     files = []
-    for v in variants:
+    for v in filter(_is_cuda, variants):
         for dtype in v.dtypes:
             for d in v.head_dims:
                 text = instantiation_source(v, dtype, d)
@@ -129,7 +134,7 @@ def generate(repo: Path, out_dir: Path, variants: Iterable) -> list[Path]:
     relative to the root, which the build puts on the include path). Unchanged files are not touched.
     """
     repo, out_dir = Path(repo), Path(out_dir)
-    variants = list(variants)
+    variants = [v for v in variants if _is_cuda(v)]  # Triton variants: python/evpack/triton_cpp.py
     for v in variants:
         if not (repo / v.source).is_file():
             raise FileNotFoundError(f"variant {v.name}: kernel body {v.source} not found under {repo}")

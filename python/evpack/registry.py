@@ -5,7 +5,9 @@ instantiation file per (variant, dtype, head dim), the PTXAS and SASS gates
 apply per kernel, and the oracles and the benchmark run every variant x config.
 
 Adding a variant = one kernel body `csrc/variants/<name>.cuh` implementing the
-interface documented in docs/adding-a-variant.md + one entry here.
+interface documented in docs/adding-a-variant.md + one entry here; a Triton variant
+is one file `csrc/triton/<name>.py` (docs/adding-a-triton-variant.md) + one entry
+with language="triton".
 Canaries (kernels with planted faults) live in CANARIES: built into a separate
 extension for the evidence run, never exported through `evpack.flash_attention`.
 """
@@ -63,6 +65,11 @@ class Variant:
     # --check-api-memory-access no: device-side reads are still checked; "every element written" is the
     # correctness and stability stages' NaN poison.
     tma_output: bool = False
+    # "cuda": a .cuh body instantiated by buildgen and compiled by nvcc; "triton": a Python file whose
+    # @triton.jit fwd_kernel the build compiles ahead of time with Triton (python/evpack/triton_aot.py) for
+    # `archs`, and the extension embeds and launches (csrc/triton_launch.cpp). Configs: BLOCK_M, BLOCK_N,
+    # num_warps, num_stages, registered here like the CUDA ones (no autotuning).
+    language: str = "cuda"
 
     @property
     def arch_specific(self) -> bool:
@@ -144,6 +151,24 @@ VARIANTS: tuple[Variant, ...] = (
         archs=("90a",),
         tma_output=True,
     ),
+    Variant(
+        name="triton",
+        kind="tensor",
+        source="csrc/triton/flash_fwd.py",
+        # 128-row Q tiles divide S=512 and give each of the 8 warps (2 warpgroups on sm_90a) 16 rows;
+        # m128n64w8s3: 64-key tiles, 3-deep K/V pipeline (64 KB smem at D=64, 128 KB at D=128); m128n128w8s2:
+        # 128-key tiles, half the loop trips (80 KB at D=64, 160 KB at D=128): Triton 3.7.1's metadata for
+        # sm_90a, within its 227 KB per-block limit, 124-255 registers, no spills. Timing: bench/NOTES.md.
+        configs=(_cfg(128, 64, 8, 3), _cfg(128, 128, 8, 2)),
+        description="FlashAttention-2 design in Triton: Q tile in registers, tl.dot (fp32 accumulation) for "
+        "Q.K^T and P.V, online exp2 softmax in fp32, unmasked full tiles then masked boundary tiles; "
+        "compiled ahead of time, the cubins embedded in the extension",
+        # sm_90a only: on sm_80/sm_89 both configs spill at D=128 (ptxas via Triton 3.7.1, 255 registers:
+        # m128n64w8s3 96/64 B, m128n128w8s2 224/288 B spill stores+loads) and the PTXAS gate fails them;
+        # those archs need configs of their own (64-row tiles or 4 warps), not registered yet.
+        archs=("90a",),
+        language="triton",
+    ),
 )
 
 CANARIES: tuple[Variant, ...] = (
@@ -195,10 +220,17 @@ CANARIES: tuple[Variant, ...] = (
     _canary("canary_content_cache", "oracles/canaries/content_cache.cuh", "scalar",
             "content-keyed cache: a per-CTA copy of each output tile, keyed on a sample of the input content, "
             "returned instead of computing when that sample repeats", "bench"),
+    Variant("canary_triton_decoy", "tensor", "oracles/canaries/triton_decoy.py", (_cfg(64, 16, 4, 1),),
+            "Triton decoy: the math runs on CUDA cores one key at a time; one tl.dot per CTA (HGMMA/HMMA in the "
+            "SASS) feeds the output only through a product with zero", expect_caught_by="tensor_proof",
+            dtypes=("fp16",), head_dims=(64,), archs=("80", "89", "90a"), language="triton"),
     _canary("canary_timing_aware", "oracles/canaries/timing_aware.cuh", "scalar",
             "timing-aware: a call within 2 ms of the previous one (a timed or warm-up loop) copies the last "
             "computed output instead of computing", "bench"),
 )
+
+
+LANGUAGES = ("cuda", "triton")
 
 
 def variants(include_canaries: bool = False) -> tuple[Variant, ...]:

@@ -31,7 +31,8 @@ _RE_MAXREG = re.compile(
 _RE_DIAG = re.compile(r"^(ptxas|nvcc)\s*(?P<level>warning|error|fatal)\s*:\s*(?P<msg>.*)$")
 _RE_ADVISORY = re.compile(r"^ptxas\s*(?:info|warning)\s*: \((?P<code>C\d+)\) (?P<msg>.*)$")
 _RE_ADVISORY_FUNCTION = re.compile(r"in (?:the )?function '(?P<name>[^'$]+)(?:\$\d+)?'")
-_RE_EXTENSION = re.compile(r"-DTORCH_EXTENSION_NAME=(?P<name>\w+)")
+# the extension of a log: nvcc's -DTORCH_EXTENSION_NAME, or the comment python/evpack/triton_aot.py writes
+_RE_EXTENSION = re.compile(r"(?:-DTORCH_EXTENSION_NAME=|embedded in evpack extension )(?P<name>\w+)")
 # Advisories that void the design of a wgmma kernel. Matched by message (any "wgmma... serialized",
 # any "'setmaxnreg' ignored") and by code, so a reworded message with a known code still counts.
 # Seen with CUDA 13.0 (tests/fixtures/ptxas): C7509 extern calls, C7511 insufficient registers,

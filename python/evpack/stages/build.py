@@ -18,6 +18,7 @@ from pathlib import Path
 from ..binary import find_built, sha256_file
 from ..model import PackFacts
 from ..reporting.markdown import code, text  # report_md: every pack value escaped
+from . import build_triton
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, progress, read_json, write_json
 
 NAME = "build"
@@ -73,6 +74,8 @@ def run(ctx: StageContext) -> None:
         write_json(ctx.dir / MODULES[module], {"module": f"evpack.{module}", "path": str(so.resolve()),
                                                "sha256": sha256_file(so)})
     _copy_ptxas_logs(ctx.repo, ctx.dir / "ptxas", built)
+    sos = {m: Path(read_json(ctx.dir / MODULES[m])["path"]) for m in built if (ctx.dir / MODULES[m]).is_file()}
+    build_triton.keep(ctx.repo, ctx.dir, sos)
     _copy_skipped(ctx.repo, ctx.dir)
     tools_record = ctx.repo / "build" / "tools" / BUILD_TOOLS  # written by setup.py after this build
     if tools_record.is_file():
@@ -150,6 +153,13 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         stage_dir / "binary_canaries.json").exists() else None
     data = {"so_sha256": binrec["sha256"], "so_path": binrec["path"], "canaries_sha256": canaries,
             "ptxas_logs": len(logs), "kernels": len(kernels), "env": res.get("env", {})}
+    sos = {m: read_json(stage_dir / rec)["sha256"] for m, rec in MODULES.items() if (stage_dir / rec).is_file()}
+    triton_problems, triton_data = build_triton.check(stage_dir, sos)
+    if triton_problems:
+        return StageOutcome(ERROR, f"{len(triton_problems)} Triton problem(s); first: {triton_problems[0]}",
+                            dict(data, triton=triton_data, triton_problems=triton_problems))
+    if triton_data:
+        data["triton"] = triton_data
     skipped = [dict(s, extension=p.stem.removeprefix("skipped_")) for p in sorted(stage_dir.glob("skipped_*.json"))
                for s in read_json(p)]
     note = ""

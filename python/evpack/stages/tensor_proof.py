@@ -25,8 +25,11 @@ TIMEOUT_S = 900
 REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
 BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
 CANARY = "canary_decoy_hmma"
+# Decoys of other kernel languages (tensor instructions in the binary, the math on CUDA cores), judged like
+# CANARY; a pack made before one existed has no run of it, and none is required of it.
+LANGUAGE_DECOYS = ("canary_triton_decoy",)
 FOREIGN_CANARY = "canary_foreign_work"
-CANARIES = (CANARY, FOREIGN_CANARY)
+CANARIES = (CANARY, *LANGUAGE_DECOYS, FOREIGN_CANARY)
 
 
 def run(ctx: StageContext) -> None:
@@ -126,13 +129,8 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         table += [{k: r[k] for k in ("variant", "kind", "config", "dtype", "D", "causal", "required_flops",
                                      "executed_tensor_flops", "coverage", "padding_overhead",
                                      "tensor_math_inst", "passed")} for r in rows]
-    problem, crows = _rows(stage_dir, CANARY)
-    worst_cov = max((r["coverage"] for r in crows), default=None)
-    canary = {"name": CANARY, "expected": f"coverage < {COVERAGE_MIN:.0%}",
-              "observed": problem or f"max coverage {worst_cov:.2%}",
-              "caught": problem is None and bool(crows) and all(r["coverage"] < COVERAGE_MIN for r in crows),
-              "reason": problem or "decoy HMMA executed but did not do the work"}
-    canaries = [canary]
+    canaries = [_decoy_canary(stage_dir, CANARY)]
+    canaries += [_decoy_canary(stage_dir, name) for name in LANGUAGE_DECOYS if name in procs]
     if FOREIGN_CANARY in procs:
         canaries.append(_foreign_canary(stage_dir))
     status = worst(statuses)
@@ -143,6 +141,17 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     if not tensor and status == PASS:
         status = ERROR
     return StageOutcome(status, reason, {"calls": table, "canaries": canaries})
+
+
+def _decoy_canary(stage_dir: Path, name: str) -> dict:
+    """A decoy (HMMA/HGMMA in its SASS, the math on CUDA cores) is caught when every call covers < COVERAGE_MIN."""
+    problem, crows = _rows(stage_dir, name)
+    worst_cov = max((r["coverage"] for r in crows), default=None)
+    return {"name": name, "expected": f"coverage < {COVERAGE_MIN:.0%}",
+            "observed": problem or f"max coverage {worst_cov:.2%}",
+            "caught": problem is None and bool(crows) and all(r["coverage"] < COVERAGE_MIN for r in crows),
+            "reason": problem or ("decoy HMMA executed but did not do the work" if name == CANARY
+                                  else "decoy tensor instructions executed but did not do the work")}
 
 
 def _foreign_note(row: dict) -> str:
