@@ -42,3 +42,11 @@ def read_pack(obj: Any) -> PackRecord:
         raise ModelError(f"pack.json schema_version {version!r} is unknown to this code (it knows "
                          f"{', '.join(map(str, KNOWN_SCHEMAS))}): use a newer evpack")
     return READERS[version](obj)
+
+
+def read_pack_view(obj: Any) -> PackRecord:
+    """pack.json for a view (reports, history): the reader of its schema version, or, for a version this code
+    does not know, the record as the file holds it (a view shows what it can; verify refuses the pack)."""
+    if isinstance(obj, dict) and spec(obj.get("schema_version")) is None:
+        return PackRecord.from_json(obj)
+    return read_pack(obj)

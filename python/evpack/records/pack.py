@@ -184,6 +184,11 @@ class PackRecord:
         return entry.status if entry is not None and entry.status is not ABSENT else None
 
     @property
+    def total_s(self) -> Any:
+        """The run's wall time in seconds (timings.total_s), None when not recorded."""
+        return self.timings.get("total_s") if isinstance(self.timings, dict) else None
+
+    @property
     def has_signing_record(self) -> bool:
         """Whether the pack was made by code that records signing (schema 2 on)."""
         return self.signing is not ABSENT
