@@ -22,14 +22,16 @@ from typing import Any
 from .jsonio import read_json
 from .labels import decide
 from .model import ERROR, GATE_ORDER, SKIPPED, GateResult, LabelDecision, PackFacts, StageOutcome
+from .records.runner import RunnerRecord, RunnerRecordError
+from .records.schema import CURRENT
 from .stages.order import stage_module
 from .stages.procs import last_line
 
 RUNNER_FILE = "runner.json"
 LOG_FILE = "stage.log"
-# Keys whose values are prose (views): never part of a decision, never compared by verify.
-PROSE_KEYS = frozenset({"reason", "observed", "fault", "note", "notes", "description", "message", "detail",
-                        "why", "text", "hint"})
+# Keys whose values are prose (views): never part of a decision, never compared by verify. A property of the
+# pack's schema version (records/schema.py), never of the live code: these are today's.
+PROSE_KEYS = CURRENT.prose_keys
 
 _SESSION: ContextVar[dict | None] = ContextVar("evpack_derivation_session", default=None)
 
@@ -66,20 +68,20 @@ def final_outcome(name: str, pack_dir: Path, *, stages: str | None = None) -> St
 def _final_outcome(name: str, pack_dir: Path, mod: ModuleType) -> StageOutcome:
     stage_dir = pack_dir / name
     try:
-        rec = read_json(stage_dir / RUNNER_FILE)
+        rec = RunnerRecord.from_json(read_json(stage_dir / RUNNER_FILE))
     except FileNotFoundError:
         return StageOutcome(ERROR, f"{name}: no {RUNNER_FILE}: the stage never ran to completion")
+    except RunnerRecordError:
+        return StageOutcome(ERROR, f"{name}: {RUNNER_FILE} is not an object")
     except (ValueError, OSError) as exc:  # not JSON, not UTF-8, too deep, not a regular file, ...
         return StageOutcome(ERROR, f"{name}: unreadable {RUNNER_FILE}: {exc}")
-    if not isinstance(rec, dict):
-        return StageOutcome(ERROR, f"{name}: {RUNNER_FILE} is not an object")
-    if rec.get("skipped"):
-        return StageOutcome(SKIPPED, str(rec["skipped"]))
-    if rec.get("timed_out"):
-        return StageOutcome(ERROR, f"timed out after {rec.get('duration_s')} s; log kept in {name}/{LOG_FILE}: "
+    if rec.skipped:
+        return StageOutcome(SKIPPED, str(rec.skipped))
+    if rec.timed_out:
+        return StageOutcome(ERROR, f"timed out after {rec.duration_s} s; log kept in {name}/{LOG_FILE}: "
                                    f"{_log_tail(stage_dir)}")
-    if rec.get("returncode") != 0:
-        what = rec.get("exception") or f"stage process exited with code {rec.get('returncode')}"
+    if rec.returncode != 0:
+        what = rec.exception or f"stage process exited with code {rec.returncode}"
         return StageOutcome(ERROR, f"{what}; log kept in {name}/{LOG_FILE}: {_log_tail(stage_dir)}")
     try:
         return mod.derive(stage_dir, pack_dir)
@@ -97,12 +99,13 @@ def stage_facts(outcomes: dict[str, StageOutcome], *, stages: str | None = None)
     return facts
 
 
-def decision_view(obj: Any) -> Any:
-    """The decision fields and numbers of a record: prose keys dropped at every depth."""
+def decision_view(obj: Any, prose: frozenset[str] = PROSE_KEYS) -> Any:
+    """The decision fields and numbers of a record: prose keys (those of the pack's schema) dropped at every
+    depth."""
     if isinstance(obj, dict):
-        return {k: decision_view(v) for k, v in obj.items() if k not in PROSE_KEYS}
+        return {k: decision_view(v, prose) for k, v in obj.items() if k not in prose}
     if isinstance(obj, list):
-        return [decision_view(v) for v in obj]
+        return [decision_view(v, prose) for v in obj]
     return obj
 
 
@@ -135,7 +138,8 @@ def view_differences(stored: Any, derived: Any, path: str = "") -> list[str]:
 def content_digest(stages: dict[str, StageOutcome], gates: dict[str, GateResult], label: str) -> str:
     """Digest of what the pack decided and measured (prose, timestamps and durations excluded):
     zero-delta detection between two packs of one commit."""
-    body = {"stages": {k: _strip_times(decision_view(v.to_json())) for k, v in stages.items()},
+    body = {"stages": {k: _strip_times(decision_view(v.to_json(), CURRENT.digest_prose_keys))
+                       for k, v in stages.items()},
             "gates": {k: v.status for k, v in gates.items()}, "label": label}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .jsonio import read_json
+from .records.pack import ABSENT, PackRecord
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("packs", "reference")
@@ -42,7 +43,7 @@ class PackRow:
 
 def _text(value) -> str | None:
     """A value of pack.json shown in the list: a string (control characters escaped) or None."""
-    if value is None or isinstance(value, (dict, list)):
+    if value is None or value is ABSENT or isinstance(value, (dict, list)):
         return None
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(value))
 
@@ -51,11 +52,11 @@ def _object(value) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _created(pack_id: str, pack: dict) -> str:
+def _created(pack_id: str, pack: PackRecord | None) -> str:
     m = _PACK_ID.match(pack_id)
     if m:
         return m.group(1)
-    created = str(pack.get("created_utc") or "")
+    created = str(pack.created_utc or "") if pack is not None else ""
     digits = re.sub(r"[^0-9]", "", created)
     if len(digits) >= 14:
         return f"{digits[:8]}T{digits[8:14]}Z"
@@ -70,9 +71,9 @@ def _side_file(path: Path) -> dict:
         return {}
 
 
-def _speedup(pack: dict, pack_dir: Path) -> float | None:
-    value = _object(pack.get("summary")).get("canonical_speedup")
-    if value is None:
+def _speedup(pack: PackRecord, pack_dir: Path) -> float | None:
+    value = pack.summary.canonical_speedup
+    if value is None or value is ABSENT:
         value = _side_file(pack_dir / "bench" / "summary.json").get("canonical_speedup")
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
@@ -83,8 +84,8 @@ def _speedup(pack: dict, pack_dir: Path) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _gpu(pack: dict, pack_dir: Path) -> str | None:
-    gpu = _object(pack.get("summary")).get("gpu_name") or _side_file(pack_dir / "env.json").get("gpu_name")
+def _gpu(pack: PackRecord, pack_dir: Path) -> str | None:
+    gpu = pack.summary.gpu_name or _side_file(pack_dir / "env.json").get("gpu_name")
     return _text(gpu) if gpu else None
 
 
@@ -92,25 +93,25 @@ def read_pack(pack_dir: Path, source: str) -> PackRow:
     """One row from pack_dir/pack.json; a pack that cannot be read becomes a row with error set."""
     pack_id = _text(pack_dir.name) or ""
     try:
-        pack = read_json(pack_dir / "pack.json")
-        if not isinstance(pack, dict):
+        obj = read_json(pack_dir / "pack.json")
+        if not isinstance(obj, dict):
             raise ValueError("pack.json is not a JSON object")
+        pack = PackRecord.from_json(obj)  # values as the file holds them: a row shows what it can
     except OSError as exc:
-        return PackRow(pack_id, source, _created(pack_id, {}), None, None, None, None, None,
+        return PackRow(pack_id, source, _created(pack_id, None), None, None, None, None, None,
                        error=_text(f"unreadable pack.json: {exc.strerror or exc}"))
     except ValueError as exc:
-        return PackRow(pack_id, source, _created(pack_id, {}), None, None, None, None, None,
+        return PackRow(pack_id, source, _created(pack_id, None), None, None, None, None, None,
                        error=_text(f"unreadable pack.json: {exc}"))
-    git = _object(pack.get("git"))
-    dirty = git.get("dirty")
+    dirty = pack.git.dirty
     return PackRow(
         pack_id=pack_id,  # the folder's name: a pack.json naming another id must not hide that pack's row
         source=source,
         created=_created(pack_id, pack),
-        commit=_text(git.get("commit")),
+        commit=_text(pack.git.commit),
         dirty=dirty if isinstance(dirty, bool) else None,
         gpu=_gpu(pack, pack_dir),
-        label=_text(pack.get("label")),
+        label=_text(pack.label),
         speedup=_speedup(pack, pack_dir),
     )
 

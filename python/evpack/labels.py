@@ -6,6 +6,7 @@ import os
 import shlex
 
 from .model import ERROR, FAIL, PASS, SKIPPED, LabelDecision
+from .records.pack import PackRecord
 
 COMPLETE, PARTIAL, FAILED = "evidence:complete", "evidence:partial", "evidence:failed"
 MAIN_LABELS = (COMPLETE, PARTIAL, FAILED)
@@ -77,22 +78,25 @@ def gh_args(labels: list[str]) -> list[str]:
     return args
 
 
-def format_labels(pack: dict, fmt: str, *, signer: str | None = None) -> str:
-    """The labels in a format; `signer` is the allowed signer verify named (None: not checked or unsigned)."""
-    label, labels = pack["label"], pack["labels"]
+def format_labels(pack: PackRecord | dict, fmt: str, *, signer: str | None = None) -> str:
+    """The labels in a format; `signer` is the allowed signer verify named (None: not checked or unsigned).
+    `pack`: a pack's record, or an object of pack.json's shape (a merged verdict's label view)."""
+    if isinstance(pack, dict):
+        pack = PackRecord.from_json(pack)
+    label, labels = pack.label, pack.labels
     if fmt == "text":
         return "\n".join(labels)
     if fmt == "json":
-        return json.dumps({"pack_id": pack["pack_id"], "label": label, "labels": labels, "signer": signer,
-                           "gates": {g: v["status"] for g, v in pack["gates"].items()}}, indent=2)
+        return json.dumps({"pack_id": pack.pack_id, "label": label, "labels": labels, "signer": signer,
+                           "gates": pack.gate_statuses()}, indent=2)
     if fmt == "gh-args":
         return " ".join(shlex.quote(a) for a in gh_args(labels))
     if fmt == "github":
         lines = [f"label={label}", f"labels={','.join(labels)}", f"signer={signer or ''}"]
         _append_to("GITHUB_OUTPUT", "\n".join(lines) + "\n")
         _append_to("GITHUB_STEP_SUMMARY", "".join(
-            [f"### Evidence pack `{pack['pack_id']}`: **{label}**\n\n", "| gate | status | reason |\n|---|---|---|\n"]
-            + [f"| {g} | {v['status']} | {v['reason']} |\n" for g, v in pack["gates"].items()]))
+            [f"### Evidence pack `{pack.pack_id}`: **{label}**\n\n", "| gate | status | reason |\n|---|---|---|\n"]
+            + [f"| {g} | {v.status} | {v.reason} |\n" for g, v in pack.gates.items()]))
         return "\n".join(lines)
     raise ValueError(f"--format must be one of text, json, github, gh-args; got {fmt!r}")
 

@@ -68,7 +68,7 @@ def check_members(packs: list[Path]) -> list[Path]:
         if not p.is_dir() or not (p / "pack.json").is_file() or not (p / INDEX_FILE).is_file():
             raise PackError(f"{p}: not a pack (a pack folder holds pack.json and index.json)")
         p = p.resolve()
-        pack_id = load_pack_record(p)["pack_id"]
+        pack_id = load_pack_record(p).pack_id
         if not isinstance(pack_id, str) or not PACK_ID_RE.match(pack_id):
             raise PackError(f"{p}: pack.json pack_id {pack_id!r} is not a pack id")
         if pack_id in by_id:

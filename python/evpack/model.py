@@ -2,7 +2,8 @@
 
 Every record that crosses a layer is a frozen dataclass with explicit `to_json`/`from_json`.
 Raw tool strings never appear here; this module holds the pack's own vocabulary: statuses,
-the stage <-> gate mapping, canary records, label decisions and the schema versions.
+the stage <-> gate mapping, label decisions and the schema versions (the records
+of a pack, canary records included, live in records/).
 
 Schema versions (`pack.json` "schema_version"):
   1  packs of 2026-11-21 (seven canaries, no provenance, no comment.md)
@@ -10,18 +11,27 @@ Schema versions (`pack.json` "schema_version"):
   3  the next cheat classes: capture-aware launches, output aliasing, fp16 accumulation and
      structured-input fast paths, each with its canary; the correctness set's structured input
      families; the stability graph's kernel nodes and aliasing rechecks
-`verify` accepts every version in KNOWN_SCHEMAS and names an unknown one clearly.
+`verify` accepts every version in KNOWN_SCHEMAS and names an unknown one clearly; what each version
+promises (gates, canaries, root files, prose keys) is records/schema.py's, written out per version.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+# The schema versions and what each promises are written out per version in records/schema.py (re-exported
+# here: the names older modules import).
+from .records.schema import (  # noqa: F401
+    KNOWN_SCHEMAS,
+    REQUIRED_CANARIES,
+    REQUIRED_GATES,
+    REQUIRED_ROOT_FILES,
+    SCHEMA_VERSION,
+)
+
 PASS, FAIL, ERROR, SKIPPED = "pass", "fail", "error", "skipped"
 STATUSES = (PASS, FAIL, ERROR, SKIPPED)
 
-SCHEMA_VERSION = 3
-KNOWN_SCHEMAS = (1, 2, 3)
 
 
 class ModelError(ValueError):
@@ -92,37 +102,6 @@ class GateResult:
 
 
 @dataclass(frozen=True)
-class CanaryRecord:
-    """One planted fault as the stage that ran it saw it (the shape every stage writes)."""
-
-    name: str
-    caught: bool
-    observed: str  # what the gate saw: a tool line, a status, a number
-    tool: str = ""  # the sub-gate for stages with several (sanitizer tools); "" = the stage's own gate
-    expected: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "caught": self.caught, "observed": self.observed}
-        if self.tool:
-            out["tool"] = self.tool
-        if self.expected:
-            out["expected"] = self.expected
-        return out
-
-    @classmethod
-    def from_json(cls, obj: Any) -> CanaryRecord:
-        if not isinstance(obj, dict) or "name" not in obj or "caught" not in obj:
-            raise ModelError("canary record: expected an object with name and caught")
-        return cls(str(obj["name"]), bool(obj["caught"]), str(obj.get("observed", "")), str(obj.get("tool", "")),
-                   str(obj.get("expected", "")))
-
-
-def canary_records(outcome: StageOutcome) -> list[CanaryRecord]:
-    """The canary records a stage outcome carries (data["canaries"])."""
-    return [CanaryRecord.from_json(c) for c in outcome.data.get("canaries", [])]
-
-
-@dataclass(frozen=True)
 class LabelDecision:
     label: str
     labels: tuple[str, ...]
@@ -167,29 +146,5 @@ CROSS_STAGE_GATES = ("one_binary",)  # decided from several stages' files
 GATE_ORDER = tuple(STAGE_GATES) + CROSS_STAGE_GATES
 GATE_OF_STAGE = {stage: gate for gate, (stage, _q) in STAGE_GATES.items()}
 
-# Gates every pack of a schema version must hold in pack.json (dropping one is a forgery).
-REQUIRED_GATES: dict[int, tuple[str, ...]] = {1: GATE_ORDER, 2: GATE_ORDER, 3: GATE_ORDER}
-
-# Canaries (planted faults, registry.CANARIES) that every pack of a schema version must have planted,
-# whatever the pack's own canaries/expected.json says: dropping one from that file leaves its gate
-# unproven. Each entry is a public name, like a gate's.
-_CANARIES_V1 = ("canary_oob_write", "canary_smem_race", "canary_uninit_read", "canary_divergent_sync",
-                "canary_wrong_result", "canary_second_launch", "canary_decoy_hmma")
-_CANARIES_V2 = _CANARIES_V1 + ("canary_memo", "canary_wrong_stream", "canary_partial_write",
-                               "canary_input_mutation", "canary_side_stream", "canary_foreign_work",
-                               "canary_serialized_wgmma")
-REQUIRED_CANARIES: dict[int, tuple[str, ...]] = {
-    1: _CANARIES_V1,
-    2: _CANARIES_V2,
-    3: _CANARIES_V2 + ("canary_capture_aware", "canary_output_alias", "canary_fp16_accum", "canary_input_family",
-                       "canary_content_cache", "canary_timing_aware"),
-}
-
-# Files at a pack's root, by schema version (index.json is checked separately).
-REQUIRED_ROOT_FILES: dict[int, tuple[str, ...]] = {
-    1: ("pack.json", "env.json", "report.md", "report.html"),
-    2: ("pack.json", "env.json", "report.md", "report.html", "comment.md"),
-    3: ("pack.json", "env.json", "report.md", "report.html", "comment.md"),
-}
 # Files written after index.json (they name its digest), never listed in it.
 UNINDEXED_FILES = ("index.json", "provenance.json", "provenance.json.sig")

@@ -7,11 +7,14 @@ import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from .binary import sha256_file
 from .derivation import Derived
 from .jsonio import read_json, write_json
-from .model import SCHEMA_VERSION, UNINDEXED_FILES, StageOutcome
+from .model import SCHEMA_VERSION, UNINDEXED_FILES, ModelError, StageOutcome
+from .records.migrations import read_pack
+from .records.pack import ABSENT, GateEntry, GitRecord, PackRecord, StageEntry, Summary, ZeroDelta
 from .stages.order import STAGE_ORDER
 from .version import __version__
 
@@ -81,12 +84,16 @@ def under_packs_folder(path: Path) -> Path | None:
     return None
 
 
-def load_pack_record(pack_dir: Path) -> dict:
-    """pack.json of a pack, with the fields a label needs, or PackError."""
+def load_pack_record(pack_dir: Path) -> PackRecord:
+    """pack.json of a pack, read by the reader of its schema version, with the fields a label needs, or
+    PackError."""
     pj = load_pack_file(pack_dir, "pack.json")
     if not isinstance(pj, dict) or not {"pack_id", "label", "labels", "gates"} <= set(pj):
         raise PackError(f"{pack_dir}: pack.json lacks pack_id/label/labels/gates")
-    return pj
+    try:
+        return read_pack(pj)
+    except ModelError as exc:
+        raise PackError(f"{pack_dir}: {exc}") from None
 
 
 def ensure_writable(root: Path) -> None:
@@ -113,40 +120,49 @@ def previous_same_commit(root: Path, commit: str | None, exclude: str) -> Path |
         if p.name == exclude:
             continue
         try:
-            pj = read_json(p / "pack.json")
-        except (OSError, ValueError):
+            pj = PackRecord.from_json(read_json(p / "pack.json"))
+        except (OSError, ValueError):  # ModelError is a ValueError
             continue
-        if commit and pj.get("git", {}).get("commit") == commit:
+        if commit and pj.commit == commit:
             return p
     return None
 
 
-def pack_json(*, pack_id: str, created: str, git, toolchain: dict, warnings: list[str], options: dict,
-              derived: Derived, durations: dict[str, float], total_s: float, env: dict,
-              zero_delta: dict | None, requirement: str | None = None) -> dict:
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "pack_id": pack_id,
-        "created_utc": created,
-        "tool_version": __version__,
-        "git": {"commit": git.commit, "dirty": git.dirty, "error": git.error},
-        "toolchain": toolchain,
-        "python": {"executable": sys.executable, "version": ".".join(map(str, sys.version_info[:3]))},
-        "warnings": warnings,
-        "options": options,
-        "stages": {n: {"status": o.status, "reason": o.reason, "duration_s": durations.get(n)}
-                   for n, o in derived.stages.items()},
-        "gates": {g: r.to_json() for g, r in derived.gates.items()},
-        "label": derived.label,
-        "labels": derived.labels,
-        "requirement": requirement,
-        "so_sha256": derived.facts.so_sha256,
-        "summary": {"gpu_name": env.get("gpu_name"), "canonical_speedup": derived.facts.canonical_speedup},
-        "timings": {"total_s": total_s, "stages_s": durations},
-        "content_digest": derived.digest,
-        "zero_delta": zero_delta,
-        "complete": True,
-    }
+def pack_record(*, pack_id: str, created: str, git, toolchain: dict, warnings: list[str], options: dict,
+                derived: Derived, durations: dict[str, float], total_s: float, env: dict,
+                zero_delta: dict | None, requirement: str | None = None, signing: Any = ABSENT,
+                extra: tuple[tuple[str, Any], ...] = ()) -> PackRecord:
+    """The pack.json of a finished run (signing: the key's record, None unsigned, ABSENT when the caller adds
+    it later; extra: optional fields of other features, written after the known ones)."""
+    return PackRecord(
+        schema_version=SCHEMA_VERSION,
+        pack_id=pack_id,
+        created_utc=created,
+        tool_version=__version__,
+        git=GitRecord(git.commit, git.dirty, git.error),
+        toolchain=toolchain,
+        python={"executable": sys.executable, "version": ".".join(map(str, sys.version_info[:3]))},
+        warnings=warnings,
+        options=options,
+        stages={n: StageEntry(o.status, o.reason, durations.get(n)) for n, o in derived.stages.items()},
+        gates={g: GateEntry(r.status, r.reason) for g, r in derived.gates.items()},
+        label=derived.label,
+        labels=derived.labels,
+        requirement=requirement,
+        so_sha256=derived.facts.so_sha256,
+        summary=Summary(env.get("gpu_name"), derived.facts.canonical_speedup),
+        timings={"total_s": total_s, "stages_s": durations},
+        content_digest=derived.digest,
+        zero_delta=ZeroDelta(**zero_delta) if zero_delta is not None else None,
+        complete=True,
+        signing=signing,
+        extra=extra,
+    )
+
+
+def pack_json(**kwargs: Any) -> dict:
+    """pack_record(...) as the JSON object pack.json holds."""
+    return pack_record(**kwargs).to_json()
 
 
 def write_index(pack_dir: Path) -> dict:
@@ -188,5 +204,5 @@ def outcome_file(stage_dir: Path, outcome: StageOutcome) -> None:
     write_json(stage_dir / "outcome.json", outcome.to_json())
 
 
-def stage_names_of(pack: dict) -> list[str]:
-    return [s for s in STAGE_ORDER if s in pack.get("stages", {})]
+def stage_names_of(pack: PackRecord) -> list[str]:
+    return [s for s in STAGE_ORDER if s in pack.stages]

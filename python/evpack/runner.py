@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .derivation import LOG_FILE, RUNNER_FILE
 from .jsonio import write_json
+from .records.runner import INLINE, PROCESS, RunnerRecord
 from .stages.base import StageContext
 from .stages.order import stage_module
 from .stages.procs import run_isolated
@@ -33,9 +34,7 @@ def _now() -> str:
 
 def record_skip(stage_dir: Path, stage: str, reason: str) -> None:
     stage_dir.mkdir(parents=True, exist_ok=True)
-    write_json(stage_dir / RUNNER_FILE, {"stage": stage, "started_utc": _now(), "duration_s": 0.0,
-                                         "mode": "none", "returncode": None, "timed_out": False,
-                                         "skipped": reason, "exception": None})
+    write_json(stage_dir / RUNNER_FILE, RunnerRecord.skip(stage, _now(), reason).to_json())
 
 
 class LogFollower(threading.Thread):
@@ -75,8 +74,7 @@ def run_stage(name: str, pack_dir: Path, repo: Path, options: dict, *, isolate: 
     """Run one stage; never raises for stage failures (they are recorded)."""
     stage_dir = pack_dir / name
     stage_dir.mkdir(parents=True, exist_ok=True)
-    rec = {"stage": name, "started_utc": _now(), "duration_s": None, "mode": "process" if isolate else "inline",
-           "returncode": None, "timed_out": False, "skipped": None, "exception": None}
+    rec = RunnerRecord(name, _now(), mode=PROCESS if isolate else INLINE).to_json()
     t0 = time.monotonic()
     # isolated: show the process's log as it grows; inline: the stage logs itself, add a heartbeat
     follower = LogFollower(stage_dir / LOG_FILE if isolate else None, name)

@@ -25,26 +25,18 @@ from pathlib import Path
 from .binary import sha256_file
 from .derivation import LOG_FILE, RUNNER_FILE, decision_view, derive_all, view_differences
 from .jsonio import read_json
-from .model import (
-    FAIL,
-    KNOWN_SCHEMAS,
-    PASS,
-    REQUIRED_GATES,
-    REQUIRED_ROOT_FILES,
-    UNINDEXED_FILES,
-    ModelError,
-    StageOutcome,
-)
+from .model import FAIL, KNOWN_SCHEMAS, PASS, UNINDEXED_FILES, ModelError, StageOutcome
 from .pack import PackError, stage_names_of
 from .packfs import MAX_FILE_BYTES, plain_name
 from .provenance_check import UNCHECKED, ProvenanceCheck, check_provenance, signer_options
+from .records.migrations import read_pack
+from .records.pack import ABSENT, PackRecord, ZeroDelta
+from .records.runner import RunnerRecord
+from .records.schema import SchemaSpec, spec
 from .stages.order import stage_module
 from .stages.procs import PROCS_FILE
 
 MAX_LISTED = 20  # per kind of file problem; the rest are counted
-# The first pack schema whose writer removes the folders a stage left empty (pack.write_index): from it on an
-# empty folder is a mismatch; in older packs it is no claim and is ignored (they keep verifying).
-EMPTY_FOLDERS_REFUSED_FROM = 3
 
 
 def shown(name: str) -> str:
@@ -166,13 +158,13 @@ def _load_pack_json(pack_dir: Path) -> tuple[dict | None, list[str]]:
     return pj, []
 
 
-def check_required_files(pack_dir: Path, schema: int, outcomes: dict[str, StageOutcome],
+def check_required_files(pack_dir: Path, schema: SchemaSpec, outcomes: dict[str, StageOutcome],
                          stages: str | None) -> list[str]:
     """The root files of the schema; for each stage that decided (pass or fail): its runner record,
     its outcome, its declared raw files, the log of every cell it ran and, for a stage that ran in
     its own process, that process's log."""
-    problems = [f"missing file: {f} (every pack of schema {schema} holds it)"
-                for f in REQUIRED_ROOT_FILES[schema] if not (pack_dir / f).is_file()]
+    problems = [f"missing file: {f} (every pack of schema {schema.version} holds it)"
+                for f in schema.root_files if not (pack_dir / f).is_file()]
     for name, out in outcomes.items():
         sdir = pack_dir / name
         for f in (RUNNER_FILE, "outcome.json"):
@@ -192,7 +184,7 @@ def check_required_files(pack_dir: Path, schema: int, outcomes: dict[str, StageO
             if not any(p.is_file() for p in sdir.glob(pattern)):
                 problems.append(f"stage {name}: missing raw file {name}/{pattern} (a stage that decided keeps it)")
         try:
-            if read_json(sdir / RUNNER_FILE).get("mode") == "process" and not (sdir / LOG_FILE).is_file():
+            if RunnerRecord.from_json(read_json(sdir / RUNNER_FILE)).ran_in_process and not (sdir / LOG_FILE).is_file():
                 problems.append(f"stage {name}: missing {name}/{LOG_FILE} (the log of its process)")
             cells = read_json(sdir / "procs.json") if (sdir / "procs.json").is_file() else {}
         except (OSError, ValueError, AttributeError):
@@ -203,16 +195,10 @@ def check_required_files(pack_dir: Path, schema: int, outcomes: dict[str, StageO
     return problems
 
 
-def _stage_record(pj: dict, name: str) -> dict:
-    rec = pj["stages"].get(name)
-    return rec if isinstance(rec, dict) else {}
-
-
-def compare_stage(name: str, out: StageOutcome, pj: dict, pack_dir: Path) -> list[str]:
+def compare_stage(name: str, out: StageOutcome, pj: PackRecord, pack_dir: Path, schema: SchemaSpec) -> list[str]:
     problems = []
-    rec = _stage_record(pj, name)
-    if rec.get("status") != out.status:
-        problems.append(f"stage {name}: pack.json says {rec.get('status')} but its files give {out.status}")
+    if pj.stage_status(name) != out.status:
+        problems.append(f"stage {name}: pack.json says {pj.stage_status(name)} but its files give {out.status}")
     try:
         stored = StageOutcome.from_json(read_json(pack_dir / name / "outcome.json"))
     except FileNotFoundError:
@@ -221,7 +207,8 @@ def compare_stage(name: str, out: StageOutcome, pj: dict, pack_dir: Path) -> lis
         return problems + [f"stage {name}: outcome.json unreadable: {exc}"]
     if stored.status != out.status:
         problems.append(f"stage {name}: outcome.json says {stored.status} but its files give {out.status}")
-    diffs = view_differences(decision_view(stored.data), decision_view(json.loads(json.dumps(out.data))))
+    diffs = view_differences(decision_view(stored.data, schema.prose_keys),
+                             decision_view(json.loads(json.dumps(out.data)), schema.prose_keys))
     problems += [f"stage {name}: outcome.json data differs from its files at {d}" for d in diffs[:5]]
     if len(diffs) > 5:
         problems.append(f"stage {name}: ... and {len(diffs) - 5} more data differences")
@@ -265,48 +252,53 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None) -> list[str]:
     problems = check_index(pack_dir, listing)
     if listing.unsafe:
         return problems
-    pj, pj_problems = _load_pack_json(pack_dir)
-    if pj is None:
+    raw, pj_problems = _load_pack_json(pack_dir)
+    if raw is None:
         return problems + pj_problems
-    schema = pj.get("schema_version")
-    if schema not in KNOWN_SCHEMAS:
-        return problems + [f"pack.json schema_version {schema!r} is unknown to this verify (it knows "
-                           f"{', '.join(map(str, KNOWN_SCHEMAS))}): use a newer evpack"]
-    if schema < EMPTY_FOLDERS_REFUSED_FROM:  # older writers could leave a stage's folder empty: no byte, no claim
+    sp = spec(raw.get("schema_version"))
+    if sp is None:
+        return problems + [f"pack.json schema_version {raw.get('schema_version')!r} is unknown to this verify (it "
+                           f"knows {', '.join(map(str, KNOWN_SCHEMAS))}): use a newer evpack"]
+    try:
+        pj = read_pack(raw)  # the reader of its schema version
+    except ModelError as exc:
+        return problems + [f"pack.json is malformed: {exc}"]
+    if not sp.empty_folders_refused:  # older writers could leave a stage's folder empty: no byte, no claim
         problems = [p for p in problems if p not in listing.empty]
-    if pj.get("complete") is not True:
+    if pj.complete is not True:
         problems.append("pack.json is not marked complete")
     if pack_dir.name != pj.get("pack_id"):
         problems.append(f"folder name {pack_dir.name} != pack_id {pj.get('pack_id')}")
-    missing_gates = [g for g in REQUIRED_GATES[schema] if g not in pj["gates"]]
+    missing_gates = [g for g in sp.required_gates if g not in pj.gates]
     if missing_gates:
-        problems.append(f"pack.json lacks gates every schema-{schema} pack holds: {', '.join(missing_gates)}")
+        problems.append(f"pack.json lacks gates every schema-{sp.version} pack holds: {', '.join(missing_gates)}")
     unsafe_names = record_name_problems(pack_dir, listing.files, stage_names_of(pj))
     if unsafe_names:
         return problems + unsafe_names
-    derived = derive_all(pack_dir, stage_names_of(pj), stages=stages, gate_names=REQUIRED_GATES[schema],
+    derived = derive_all(pack_dir, stage_names_of(pj), stages=stages, gate_names=sp.required_gates,
                          parallel=True)
-    problems += check_required_files(pack_dir, schema, derived.stages, stages)
+    problems += check_required_files(pack_dir, sp, derived.stages, stages)
     for name, out in derived.stages.items():
-        problems += compare_stage(name, out, pj, pack_dir)
+        problems += compare_stage(name, out, pj, pack_dir, sp)
     for g, out in derived.gates.items():
-        rec = pj["gates"].get(g) if isinstance(pj["gates"].get(g), dict) else {}
-        if g in pj["gates"] and rec.get("status") != out.status:
-            problems.append(f"gate {g}: pack.json says {rec.get('status')} but the files give {out.status}")
-    unknown = sorted(set(pj["gates"]) - set(derived.gates))
+        rec = pj.gates.get(g)
+        said = None if rec is None or rec.status is ABSENT else rec.status
+        if rec is not None and said != out.status:
+            problems.append(f"gate {g}: pack.json says {said} but the files give {out.status}")
+    unknown = sorted(set(pj.gates) - set(derived.gates))
     if unknown:
         problems.append(f"unknown gates in pack.json: {unknown}")
     if pj.get("label") != derived.label or pj.get("labels") != derived.labels:
         problems.append(f"label: pack.json says {pj.get('label')} {pj.get('labels')} but the gates give "
                         f"{derived.label} {derived.labels}")
-    if "so_sha256" in pj and pj["so_sha256"] != derived.facts.so_sha256:
-        problems.append(f"so_sha256: pack.json says {pj['so_sha256']} but the build's files give {derived.facts.so_sha256}")
-    summary = pj.get("summary") if isinstance(pj.get("summary"), dict) else {}
-    if "canonical_speedup" in summary:
-        problems += [f"summary.{d}" for d in view_differences(summary["canonical_speedup"],
+    if pj.so_sha256 is not ABSENT and pj.so_sha256 != derived.facts.so_sha256:
+        problems.append(f"so_sha256: pack.json says {pj.so_sha256} but the build's files give {derived.facts.so_sha256}")
+    if pj.summary.canonical_speedup is not ABSENT:
+        problems += [f"summary.{d}" for d in view_differences(pj.summary.canonical_speedup,
                                                                derived.facts.canonical_speedup, "canonical_speedup")]
-    zd = pj.get("zero_delta")
-    if isinstance(zd, dict) and zd.get("same") != (zd.get("previous_digest") == pj.get("content_digest")):
+    zd = pj.zero_delta
+    if isinstance(zd, ZeroDelta) and (zd.same if zd.same is not ABSENT else None) != (
+            (zd.previous_digest if zd.previous_digest is not ABSENT else None) == pj.get("content_digest")):
         problems.append("zero_delta.same contradicts the digests")
     return problems
 

@@ -80,22 +80,22 @@ def _decision(view: PackView, perf: PerfDecision) -> list[str]:
 
 
 def _facts(view: PackView, links: dict[str, str]) -> list[str]:
-    git, pj = view.pack["git"], view.pack
-    commit = str(git["commit"])
-    shown = f"{code(commit[:12])}{' (dirty)' if git['dirty'] else ''}"
-    if links and not git["dirty"] and _COMMIT.match(commit):
+    git, pj = view.pack.git, view.pack
+    commit = str(git.commit)
+    shown = f"{code(commit[:12])}{' (dirty)' if git.dirty else ''}"
+    if links and not git.dirty and _COMMIT.match(commit):
         shown = f"[{shown}]({links['repo']}/commit/{commit})"
     if links:
         report = (f"Report: `report.html` in the pack {code(view.pack_id)}, an artifact of "
                   f"[CI run {links['run'].rsplit('/runs/', 1)[1]}]({links['run']}) ([artifacts]({links['artifacts']}))")
     else:
         report = f"Report: [report.html](report.html) in the pack {code(view.pack_id)} (beside this file)"
-    total = (pj.get("timings") or {}).get("total_s")
-    line = f"Commit {shown} · {machine_line(view.env)} · created {text(pj['created_utc'])}"
+    total = pj.total_s
+    line = f"Commit {shown} · {machine_line(view.env)} · created {text(pj.created_utc)}"
     if isinstance(total, (int, float)):
         line += f" in {total:.0f} s"
     out = [report, "", labels_line(pj), "", line]
-    for w in pj.get("warnings", [])[:3]:
+    for w in (pj.warnings or [])[:3]:
         out += ["", f"**Warning:** {text(short(w, REASON_CHARS))}"]
     return out
 
@@ -108,7 +108,7 @@ def _skipped(view: PackView) -> list[str]:
     lines = [f"- {', '.join(text(s) for s in stages)}: {text(short(reason, REASON_CHARS))}"
              for reason, stages in groups.items()]
     lines = lines[:MAX_LIST]
-    gates = [g for g, v in view.pack["gates"].items() if v["status"] == SKIPPED]
+    gates = [g for g, v in view.pack.gates.items() if v.status == SKIPPED]
     if gates:
         lines.append(f"- gates not run (never a pass): {', '.join(text(g) for g in gates)}")
     bench = view.outcomes.get("bench")

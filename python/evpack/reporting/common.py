@@ -10,6 +10,8 @@ from pathlib import Path
 from ..jsonio import read_json
 from ..model import StageOutcome
 from ..provenance import PROVENANCE_FILE, SIGNATURE_FILE
+from ..records.migrations import read_pack_view
+from ..records.pack import PackRecord
 from ..stages.order import STAGE_ORDER
 from .markdown import code, short, table, text
 
@@ -24,26 +26,26 @@ class PackView:
     """A pack's metadata and stage outcomes, loaded once for every report."""
 
     dir: Path
-    pack: dict
+    pack: PackRecord
     env: dict
     outcomes: dict[str, StageOutcome]  # in pipeline order, only the stages the pack lists
 
     @property
     def pack_id(self) -> str:
-        return str(self.pack["pack_id"])
+        return str(self.pack.pack_id)
 
     @property
     def label(self) -> str:
-        return str(self.pack["label"])
+        return str(self.pack.label)
 
 
 def load_view(pack_dir: Path) -> PackView:
     """The stage outcomes as the pack holds them (outcome.json: what verify checks against the raw files)."""
-    pj = read_json(pack_dir / "pack.json")
+    pj = read_pack_view(read_json(pack_dir / "pack.json"))
     env = read_json(pack_dir / "env.json")
     # the checked outcomes (written by evidence, compared with the raw files by verify): no re-derivation
     outcomes = {s: StageOutcome.from_json(read_json(pack_dir / s / "outcome.json")) for s in STAGE_ORDER
-                if s in pj["stages"]}
+                if s in pj.stages}
     return PackView(pack_dir, pj, env, outcomes)
 
 
@@ -52,14 +54,14 @@ def status_word(status: object) -> str:
     return ICON.get(status, text(status)) if isinstance(status, str) else text(status)
 
 
-def gate_table(pj: dict, reason_limit: int | None = None) -> list[str]:
-    rows = [[text(g), status_word(v["status"]), text(short(v["reason"], reason_limit or 100_000))]
-            for g, v in pj["gates"].items()]
+def gate_table(pj: PackRecord, reason_limit: int | None = None) -> list[str]:
+    rows = [[text(g), status_word(v.status), text(short(v.reason, reason_limit or 100_000))]
+            for g, v in pj.gates.items()]
     return table(["gate", "status", "reason"], rows)
 
 
-def labels_line(pj: dict) -> str:
-    return "Labels: " + ", ".join(code(x) for x in pj["labels"])
+def labels_line(pj: PackRecord) -> str:
+    return "Labels: " + ", ".join(code(x) for x in pj.labels)
 
 
 def headline(view: PackView) -> list[str]:
@@ -76,15 +78,15 @@ def machine_line(env: dict) -> str:
             f"torch {_or_dash(env.get('torch_version'))} (CUDA {_or_dash(env.get('cuda_version'))})")
 
 
-def signature_line(pj: dict) -> str | None:
+def signature_line(pj: PackRecord) -> str | None:
     """The report's signature line; None for packs made before provenance (their report has none)."""
-    if "signing" not in pj:
+    if not pj.has_signing_record:
         return None
-    rec = pj["signing"]
+    rec = pj.signing
     if not rec:
         return (f"- signature: unsigned ({code(PROVENANCE_FILE)} records the origin; no key signed it, so "
                 "`verify --require-signature` rejects this pack)")
     who = f" {code(rec['key_comment'])}" if rec.get("key_comment") else ""
-    command = f"python -m evpack verify {pj.get('pack_id')} --allowed-signers FILE"
+    command = f"python -m evpack verify {pj.pack_id} --allowed-signers FILE"
     return (f"- signature: signed by{who} with {text(rec.get('key_type'))} key {code(rec.get('key_fingerprint'))} "
             f"({code(SIGNATURE_FILE)}, checked by {code(command)})")

@@ -18,6 +18,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
+from ..records.migrations import read_pack_view
 from ..stages.base import read_json
 from . import RENDERER_PINS
 from .blocks import Block, Details, Figure, Md
@@ -135,9 +136,9 @@ def _context(pack_dir: Path, blocks: Sequence[Block]) -> list[dict]:
 
 
 def render_html(pack_dir: Path, blocks: Sequence[Block]) -> str:
-    pj = read_json(pack_dir / "pack.json")
-    label = str(pj["label"])
+    pj = read_pack_view(read_json(pack_dir / "pack.json"))
+    label = str(pj.label)
     verdict = label.split(":")[-1]
     return _environment().get_template(TEMPLATE).render(
-        pack_id=str(pj["pack_id"]), label=label, verdict=verdict if verdict in ("complete", "partial", "failed")
+        pack_id=str(pj.pack_id), label=label, verdict=verdict if verdict in ("complete", "partial", "failed")
         else "unknown", generator=generator(), blocks=_context(pack_dir, blocks))

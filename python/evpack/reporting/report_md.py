@@ -37,21 +37,21 @@ def _figures(mod, view: PackView, stage: str, placed: set[str]) -> list[Block]:
 
 
 def _pack_facts(view: PackView) -> list[str]:
-    pj, env, git = view.pack, view.env, view.pack["git"]
+    pj, env, git = view.pack, view.env, view.pack.git
     lines = ["## Pack", "",
-             f"- commit {code(git['commit'])}{' (dirty)' if git['dirty'] else ''}; created {text(pj['created_utc'])}",
+             f"- commit {code(git.commit)}{' (dirty)' if git.dirty else ''}; created {text(pj.created_utc)}",
              f"- {machine_line(env)}",
-             "- toolchain: " + ", ".join(f"{text(k)} {text(v) if v else '-'}" for k, v in pj["toolchain"].items()),
-             f"- binary sha256: {code(pj.get('so_sha256') or '-')}"]
+             "- toolchain: " + ", ".join(f"{text(k)} {text(v) if v else '-'}" for k, v in pj.toolchain.items()),
+             f"- binary sha256: {code(pj.so_sha256 or '-')}"]
     signature = signature_line(pj)  # None for packs made before signed provenance: nothing claimed
     if signature:
         lines.append(signature)
-    for w in pj.get("warnings", []):
+    for w in pj.warnings or []:
         lines.append(f"- WARNING: {text(w)}")
-    zd = pj.get("zero_delta")
+    zd = pj.zero_delta
     if zd:
-        lines.append(f"- zero-delta: {'same content as' if zd['same'] else 'differs from'} pack "
-                     f"{code(zd['previous_pack'])} of the same commit (timestamps excluded)")
+        lines.append(f"- zero-delta: {'same content as' if zd.same else 'differs from'} pack "
+                     f"{code(zd.previous_pack)} of the same commit (timestamps excluded)")
     return lines
 
 
@@ -66,10 +66,10 @@ def report_blocks(view: PackView) -> list[Block]:
             out += section_blocks(_section(mod, "headline_md", view, s), title=s)
     out.append(Md("\n".join(_pack_facts(view))))
     rows = []
-    for s, v in pj["stages"].items():
-        dur = v.get("duration_s")
-        rows.append([text(s), status_word(v["status"]), f"{dur:.1f}\u00a0s" if isinstance(dur, (int, float)) else "-",
-                     text(v["reason"])])
+    for s, v in pj.stages.items():
+        dur = v.duration_s
+        rows.append([text(s), status_word(v.status), f"{dur:.1f}\u00a0s" if isinstance(dur, (int, float)) else "-",
+                     text(v.reason)])
     out.append(Md("\n".join(["## Stages", "", *table(["stage", "status", "time", "reason"], rows)])))
     for s, outcome in view.outcomes.items():
         mod = stage_module(s)
@@ -78,7 +78,7 @@ def report_blocks(view: PackView) -> list[Block]:
         section = section_blocks(_section(mod, "report_md", view, s), title=s)
         if section:
             out += [Md(f"## {text(s)}"), *section, *_figures(mod, view, s, figure_paths(section))]
-    command = f"python -m evpack verify {pj['pack_id']}"
+    command = f"python -m evpack verify {pj.pack_id}"
     out.append(Md(f"Every result above is re-derivable: {code(command)}."))
     return out
 

@@ -17,8 +17,10 @@ Standard library at import (derive); torch only in run().
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
+from ..records.canary import CanaryRecord
 from ..timing import content_probe, integrity
 from .base import read_json, write_json
 
@@ -155,21 +157,21 @@ def _caught(name: str, fired: dict[str, str]) -> bool:
 def outcome(stage_dir: Path, rates: dict[str, float], name: str = SIDE_STREAM, *, schema: int = 1,
             physics=None) -> dict:
     """The canary matrix entry of one bench canary, judged by the rule of its class."""
-    entry = {"name": name, "expected": EXPECTED[name], "caught": False}
+    entry = CanaryRecord(name, False, "", expected=EXPECTED[name])
     file = FILES[name]
     try:
         rec = read_json(stage_dir / file)
     except (FileNotFoundError, ValueError) as exc:
-        return dict(entry, observed=f"no readable {file} ({exc})", reason="not run")
+        return replace(entry, observed=f"no readable {file} ({exc})", reason="not run").to_json()
     if rec.get("error") or not rec.get("times_us"):
-        return dict(entry, observed=f"did not run: {rec.get('error') or 'no samples'}", reason="not run")
+        return replace(entry, observed=f"did not run: {rec.get('error') or 'no samples'}", reason="not run").to_json()
     fired = fired_rules(rec, rates, schema=schema, physics=physics)
     times = sorted(rec["times_us"])
     caught = _caught(name, fired)
     observed = "; ".join(fired.values()) or f"median {times[len(times) // 2]:.3g} us, nothing fired"
-    return dict(entry, caught=caught, observed=observed,
-                reason="; ".join(fired.values()) if caught else
-                ("no rule fired" if not fired else f"the rule of its class did not fire (only: {observed})"))
+    return replace(entry, caught=caught, observed=observed,
+                   reason="; ".join(fired.values()) if caught else
+                   ("no rule fired" if not fired else f"the rule of its class did not fire (only: {observed})")).to_json()
 
 
 def outcomes(stage_dir: Path, rates: dict[str, float], *, schema: int = 1, physics=None) -> list[dict]:

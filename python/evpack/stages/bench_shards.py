@@ -20,9 +20,11 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..model import ERROR, PASS, StageOutcome, worst
+from ..records.canary import canary_records
 from ..timing import summary as sm
 from ..timing.ab_stage import load as load_ab
 from ..timing.roofline import shape_flops
@@ -163,13 +165,13 @@ def _combine(stage_dir: Path, outcomes: list[StageOutcome], merged: dict, run_in
         data["integrity"]["first"] = next((d["integrity"]["first"] for d in datas if d["integrity"].get("first")), None)
     if all(d.get("canaries") for d in datas):
         data["canaries"] = []
-        for name in dict.fromkeys(c["name"] for d in datas for c in d["canaries"]):
-            entries = [c for d in datas for c in d["canaries"] if c["name"] == name]
-            caught = len(entries) == len(datas) and all(c["caught"] for c in entries)
-            first = next((c for c in entries if c["caught"] == caught), entries[0])
-            data["canaries"].append(dict(first, caught=caught,
-                                         observed=f"{first['observed']} (caught on {sum(c['caught'] for c in entries)} "
-                                                  f"of {len(datas)} GPUs)"))
+        per_gpu = [canary_records(d) for d in datas]
+        for name in dict.fromkeys(c.name for records in per_gpu for c in records):
+            entries = [c for records in per_gpu for c in records if c.name == name]
+            caught = len(entries) == len(datas) and all(c.caught for c in entries)
+            first = next((c for c in entries if c.caught == caught), entries[0])
+            data["canaries"].append(replace(first, caught=caught, observed=f"{first.observed} (caught on "
+                                            f"{sum(c.caught for c in entries)} of {len(datas)} GPUs)").to_json())
     if all("content_probe" in d for d in datas):
         data["content_probe"] = {"kernels": sum(d["content_probe"]["kernels"] for d in datas),
                                  "flagged": sorted({f for d in datas for f in d["content_probe"]["flagged"]})}

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from .. import registry
 from ..model import REQUIRED_CANARIES, SCHEMA_VERSION
+from ..records.canary import MatrixRow, PlantedCanary, canary_records
 from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
 
@@ -30,51 +31,49 @@ def source_stage(gate: str) -> str:
 
 def run(ctx: StageContext) -> None:
     # Nothing to execute: the canaries ran inside the stages whose gates they test.
-    write_json(ctx.dir / "expected.json", [{"canary": c.name, "caught_by": c.expect_caught_by,
-                                            "fault": c.description} for c in registry.CANARIES])
+    write_json(ctx.dir / "expected.json", [PlantedCanary(c.name, c.expect_caught_by, c.description).to_json()
+                                           for c in registry.CANARIES])
+
+
+def _row(planted: PlantedCanary, stage: str, out: StageOutcome) -> MatrixRow:
+    """The matrix row of one planted canary, from the outcome of the stage that ran it."""
+    name, gate = planted.canary, planted.caught_by
+    found = [r for r in canary_records(out.data) if r.name == name and r.fired_in(gate)]
+    if out.status == SKIPPED:
+        return MatrixRow(name, planted.fault, gate, stage, SKIPPED, None, f"{stage} skipped: {out.reason}")
+    if not found:
+        return MatrixRow(name, planted.fault, gate, stage, ERROR, False, f"{stage} did not run this canary ({out.status})")
+    caught = bool(found[0].caught)
+    return MatrixRow(name, planted.fault, gate, stage, PASS if caught else ERROR, caught, found[0].observed)
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     from ..derivation import final_outcome
 
     # What was planted is read from the pack (written by run()); what must have been planted comes from
-    # the code that derives (model.REQUIRED_CANARIES for the pack's schema), so dropping a canary from
-    # expected.json leaves its gate unproven instead of passing.
-    expected = read_json(stage_dir / "expected.json")
+    # the pack's schema (records/schema.py), so dropping a canary from expected.json leaves its gate
+    # unproven instead of passing.
+    expected = [PlantedCanary.from_json(e) for e in read_json(stage_dir / "expected.json")]
     if not expected:
         return StageOutcome(ERROR, "no canaries were planted: every gate is unproven", {"matrix": []})
-    missing = [c for c in required_canaries(pack_dir) if c not in {e.get("canary") for e in expected}]
+    missing = [c for c in required_canaries(pack_dir) if c not in {e.canary for e in expected}]
     if missing:
         return StageOutcome(ERROR, f"gates not proven live: required canaries not planted: {', '.join(missing)}",
                             {"matrix": [], "missing_canaries": missing})
     # A stage this pack never ran (e.g. bench in an `oracles` pack) leaves its canaries not run, not failed.
     outcomes = {s: final_outcome(s, pack_dir) if (pack_dir / s).is_dir()
                 else StageOutcome(SKIPPED, f"{s} is not in this pack") for s in set(SOURCE_STAGE.values()) | set(BUILD_TIME_SOURCE.values())}
-    matrix, statuses, problems = [], [], []
-    for c in expected:
-        name, gate = c["canary"], c["caught_by"]
-        stage = source_stage(gate)
-        out = outcomes[stage]
-        found = [x for x in out.data.get("canaries", []) if x["name"] == name and x.get("tool", gate) == gate]
-        row = {"canary": name, "fault": c["fault"], "gate": gate, "stage": stage}
-        if out.status == SKIPPED:
-            row.update(status=SKIPPED, caught=None, observed=f"{stage} skipped: {out.reason}")
-        elif not found:
-            row.update(status=ERROR, caught=False, observed=f"{stage} did not run this canary ({out.status})")
-        else:
-            caught = bool(found[0]["caught"])
-            row.update(status=PASS if caught else ERROR, caught=caught, observed=found[0]["observed"])
-        if row["status"] == ERROR:
-            problems.append(f"gate not live: {gate} did not catch {name} ({row['observed']})")
-        statuses.append(row["status"])
-        matrix.append(row)
+    rows = [_row(c, source_stage(c.caught_by), outcomes[source_stage(c.caught_by)]) for c in expected]
+    problems = [f"gate not live: {r.gate} did not catch {r.canary} ({r.observed})" for r in rows if r.status == ERROR]
+    statuses = [r.status for r in rows]
+    matrix = [r.to_json() for r in rows]
     if problems:
         return StageOutcome(ERROR, "; ".join(problems), {"matrix": matrix})
     if all(s == SKIPPED for s in statuses):
         return StageOutcome(SKIPPED, "the stages that run the canaries were skipped", {"matrix": matrix})
     if SKIPPED in statuses:
         n = statuses.count(PASS)
-        return StageOutcome(SKIPPED, f"{n}/{len(matrix)} canaries caught{_caught_names(matrix)}; the rest were not run",
+        return StageOutcome(SKIPPED, f"{n}/{len(matrix)} canaries caught{_caught_names(rows)}; the rest were not run",
                             {"matrix": matrix})
     return StageOutcome(PASS, f"all {len(matrix)} planted faults caught by their gates", {"matrix": matrix})
 
@@ -99,16 +98,16 @@ def required_canaries(pack_dir: Path) -> tuple[str, ...]:
     return REQUIRED_CANARIES[pack_schema(pack_dir)]
 
 
-def _caught_names(matrix: list[dict]) -> str:
+def _caught_names(rows: list[MatrixRow]) -> str:
     """' (name by gate, ...)' for the canaries caught: on a pack without a GPU, the build-time ones."""
-    caught = [f"{r['canary']} by {r['gate']}" for r in matrix if r["status"] == PASS]
+    caught = [f"{r.canary} by {r.gate}" for r in rows if r.status == PASS]
     return f" ({', '.join(caught)})" if caught else ""
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     lines = ["| canary | planted fault | expected catch | caught? | observed |", "|---|---|---|---|---|"]
-    for r in outcome.data.get("matrix", []):
-        caught = {True: "yes", False: "NO", None: "not run"}[r["caught"]]
-        observed = code(r["observed"], in_table=True)  # tool text: a code span
-        lines.append(f"| {text(r['canary'])} | {text(r['fault'])} | {text(r['gate'])} | {caught} | {observed} |")
+    for r in map(MatrixRow.from_json, outcome.data.get("matrix", [])):
+        caught = {True: "yes", False: "NO", None: "not run"}[r.caught]
+        observed = code(r.observed, in_table=True)  # tool text: a code span
+        lines.append(f"| {text(r.canary)} | {text(r.fault)} | {text(r.gate)} | {caught} | {observed} |")
     return "\n".join(lines)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import random
 import secrets
+from dataclasses import replace
 from pathlib import Path
 
 from .. import registry
 from ..model import SCHEMA_VERSION
+from ..records.canary import OBSERVED_FIRST, CanaryRecord
 from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .canaries import pack_schema
@@ -232,14 +234,14 @@ def _canary_entry(stage_dir: Path, name: str) -> dict:
     """The canary's row of the matrix: caught when this gate failed it; the family canary only when a case of
     a structured family failed (its fault is invisible to the normal grid and to the older families)."""
     status, reason, rows = _variant_status(stage_dir, name)
-    entry = {"name": name, "expected": "fail", "observed": status, "caught": status == FAIL, "reason": reason}
+    entry = CanaryRecord(name, status == FAIL, status, expected="fail", reason=reason, layout=OBSERVED_FIRST)
     if name == FAMILY_CANARY:
         failed = sorted({r.get("dist", "normal") for r in rows if not r["passed"]})
         structured = [f for f in failed if f in STRUCTURED_FAMILIES]
-        entry.update(expected=f"fail on a structured family ({', '.join(STRUCTURED_FAMILIES)})",
-                     caught=status == FAIL and bool(structured),
-                     observed=f"{status}: failed families {', '.join(failed) or 'none'}")
-    return entry
+        entry = replace(entry, expected=f"fail on a structured family ({', '.join(STRUCTURED_FAMILIES)})",
+                        caught=status == FAIL and bool(structured),
+                        observed=f"{status}: failed families {', '.join(failed) or 'none'}")
+    return entry.to_json()
 
 
 def _fmt(x) -> str:

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from .. import registry
+from ..records.canary import CanaryRecord
 from .base import ERROR, FAIL, PASS, SKIPPED, read_json, worst
 
 
@@ -44,10 +45,9 @@ def split_canaries(rows: list[dict], tool: str) -> tuple[list[dict], list[dict]]
         st = worst(r["status"] for r in rs)
         bad = [f"{r['arch']}: {r['reason']}" for r in rs if r["status"] != PASS]
         target = registry.get(name, include_canaries=True).expect_caught_by
-        out.append({"name": name, "tool": tool, "expected": f"caught by {target}, not by {tool}",
-                    "caught": st == FAIL, "status": st,
-                    "observed": bad[0] if bad else f"{len(rs)} kernel x arch rows pass",
-                    "reason": "; ".join(bad), "kernels": rs})
+        out.append(CanaryRecord(name, st == FAIL, bad[0] if bad else f"{len(rs)} kernel x arch rows pass", tool=tool,
+                                expected=f"caught by {target}, not by {tool}", reason="; ".join(bad), status=st,
+                                kernels=rs).to_json())
     return main, out
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .. import registry
 from ..parsers import occupancy, ptxas, symbols
+from ..records.canary import canary_records
 from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, worst, write_json
 from .kernel_rows import (
@@ -268,5 +269,5 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     if d.get("canaries"):
         lines.append("Canary kernels (their gates are read by the canary matrix, not this stage's status):")
         lines.append("")
-        lines += _table([r for c in d["canaries"] for r in c["kernels"]]) + [""]
+        lines += _table([r for c in canary_records(d) for r in c.kernels or []]) + [""]
     return "\n".join(lines)

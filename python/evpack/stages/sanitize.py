@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .. import registry
 from ..parsers.sanitizer import TOOLS, canary_caught, cell_status, parse_sanitizer
+from ..records.canary import CanaryRecord
 from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from ..tools import find_tool
 from .base import ERROR, PASS, StageContext, StageOutcome, read_json, worst, write_json
@@ -83,9 +84,10 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
                "duration_s": rec["duration_s"], **{k: v for k, v in res.to_json().items() if k != "tool"}}
         if variant.startswith("canary_"):
             caught = canary_caught(res, rec["returncode"])
-            canaries.append({"name": variant, "tool": tool, "expected": f"{tool} flags it", "caught": caught,
-                             "observed": ", ".join(res.records) or f"exit {rec['returncode']}, no records",
-                             "reason": f"{res.errors} errors" if res.summary_found else "no summary"})
+            canaries.append(CanaryRecord(
+                variant, caught, ", ".join(res.records) or f"exit {rec['returncode']}, no records", tool=tool,
+                expected=f"{tool} flags it", reason=f"{res.errors} errors" if res.summary_found else "no summary")
+                .to_json())
             continue
         row["status"], row["reason"] = cell_status(res, rec["returncode"], rec["timed_out"])
         cells.append(row)

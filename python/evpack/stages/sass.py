@@ -30,6 +30,7 @@ from pathlib import Path
 from .. import binary, registry, toolcache, tools
 from ..packfs import plain_name, read_gzip
 from ..parsers import sass, symbols
+from ..records.canary import canary_records
 from ..reporting.markdown import code, fence, short, text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
 from .kernel_rows import (
@@ -387,7 +388,7 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
         lines.append(f"- **problem:** {text(p)}")
     lines.append("")
     arch = d.get("report_arch")
-    rows = d.get("kernels", []) + [r for c in d.get("canaries", []) for r in c["kernels"]]
+    rows = d.get("kernels", []) + [r for c in canary_records(d) for r in c.kernels or []]
     if arch:
         lines += [f"Opcode counts on {text(arch)} (exact mnemonics; HFMA2.MMA is CUDA-core code, not tensor math). "
                   "Other archs: `sass/table.csv`.", ""]

@@ -15,9 +15,11 @@ Their canaries: canary_capture_aware (another kernel under capture, same bits) a
 canary_output_alias (call 2 overwrites call 1's output), each caught only when its own check fired."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ..parsers.symbols import describe, parse_symbol
+from ..records.canary import OBSERVED_FIRST, CanaryRecord
 from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst
 from .canaries import pack_schema
@@ -179,13 +181,13 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     data["canaries"] = []
     for c in (c for c in CANARIES if c in procs):
         c_status, c_reason, res = _cell(stage_dir, c, schema)
-        entry = {"name": c, "expected": "fail", "observed": c_status, "caught": c_status == FAIL, "reason": c_reason}
+        entry = CanaryRecord(c, c_status == FAIL, c_status, expected="fail", reason=c_reason, layout=OBSERVED_FIRST)
         if c in CANARY_CHECK:  # caught only by the check it plants a fault for
             check = CANARY_CHECK[c]
             fired = res.get("failed_checks", [])
-            entry.update(expected=f"fail by the {check} check", caught=c_status == FAIL and check in fired,
-                         observed=f"{c_status}: failed checks {', '.join(fired) or 'none'}")
-        data["canaries"].append(entry)
+            entry = replace(entry, expected=f"fail by the {check} check", caught=c_status == FAIL and check in fired,
+                            observed=f"{c_status}: failed checks {', '.join(fired) or 'none'}")
+        data["canaries"].append(entry.to_json())
     status = worst(s for s, _ in cells.values())
     reason = "; ".join(r for s, r in cells.values() if s != PASS) or \
         f"{len(cells)} runs stable (incl. CUDA_LAUNCH_BLOCKING=1 TORCH_USE_CUDA_DSA=1 replays)"

@@ -14,6 +14,7 @@ from pathlib import Path
 from .. import registry
 from ..parsers.ncu import COVERAGE_MIN, METRICS, parse_ncu_csv, split_at_markers
 from ..parsers.symbols import describe, parse_symbol
+from ..records.canary import OBSERVED_FIRST, CanaryRecord
 from ..reporting.markdown import text  # report_md: every pack value escaped
 from ..tools import find_tool
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
@@ -147,11 +148,11 @@ def _decoy_canary(stage_dir: Path, name: str) -> dict:
     """A decoy (HMMA/HGMMA in its SASS, the math on CUDA cores) is caught when every call covers < COVERAGE_MIN."""
     problem, crows = _rows(stage_dir, name)
     worst_cov = max((r["coverage"] for r in crows), default=None)
-    return {"name": name, "expected": f"coverage < {COVERAGE_MIN:.0%}",
-            "observed": problem or f"max coverage {worst_cov:.2%}",
-            "caught": problem is None and bool(crows) and all(r["coverage"] < COVERAGE_MIN for r in crows),
-            "reason": problem or ("decoy HMMA executed but did not do the work" if name == CANARY
-                                  else "decoy tensor instructions executed but did not do the work")}
+    why = "decoy HMMA executed but did not do the work" if name == CANARY else \
+        "decoy tensor instructions executed but did not do the work"
+    return CanaryRecord(name, problem is None and bool(crows) and all(r["coverage"] < COVERAGE_MIN for r in crows),
+                        problem or f"max coverage {worst_cov:.2%}", expected=f"coverage < {COVERAGE_MIN:.0%}",
+                        reason=problem or why, layout=OBSERVED_FIRST).to_json()
 
 
 def _foreign_note(row: dict) -> str:
@@ -179,8 +180,8 @@ def _foreign_canary(stage_dir: Path) -> dict:
     cov = sum(r.get("foreign_tensor_flops", 0.0) for r in rows) / max(1.0, sum(r["required_flops"] for r in rows))
     observed = problem or (f"{n} foreign kernels in {len(rows)} calls (their tensor FLOPs {cov:.0%} of the "
                            f"required, not counted)")
-    return {"name": FOREIGN_CANARY, "expected": "kernels outside the extension fail the call", "observed": observed,
-            "caught": caught, "reason": problem or "work done by kernels the build did not ship"}
+    return CanaryRecord(FOREIGN_CANARY, caught, observed, expected="kernels outside the extension fail the call",
+                        reason=problem or "work done by kernels the build did not ship", layout=OBSERVED_FIRST).to_json()
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:

@@ -1,0 +1,78 @@
+"""What every pack of a schema version must hold, written out per version.
+
+A pack's schema version is a promise made when it was written: the gates it holds, the canaries it
+planted, the files at its root and which keys of its records are prose. These are literal values per
+version, never the live lists of the code (adding a gate, a canary or a prose key to today's code must
+not make an older pack fail `verify`). A new schema version adds an entry; an old entry never changes.
+
+Standard library only, no imports from the package: model.py re-exports these names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEMA_VERSION = 3
+KNOWN_SCHEMAS = (1, 2, 3)
+
+_GATES_V1 = ("build", "ptxas_resources", "sass_tensor_proof", "executed_tensor_work", "sanitizer_clean",
+             "correctness", "stability", "gates_live", "performance", "one_binary")
+
+_CANARIES_V1 = ("canary_oob_write", "canary_smem_race", "canary_uninit_read", "canary_divergent_sync",
+                "canary_wrong_result", "canary_second_launch", "canary_decoy_hmma")
+_CANARIES_V2 = _CANARIES_V1 + ("canary_memo", "canary_wrong_stream", "canary_partial_write",
+                               "canary_input_mutation", "canary_side_stream", "canary_foreign_work",
+                               "canary_serialized_wgmma")
+_CANARIES_V3 = _CANARIES_V2 + ("canary_capture_aware", "canary_output_alias", "canary_fp16_accum",
+                               "canary_input_family", "canary_content_cache", "canary_timing_aware")
+
+_ROOT_V1 = ("pack.json", "env.json", "report.md", "report.html")
+_ROOT_V2 = _ROOT_V1 + ("comment.md",)
+
+# Keys whose values were written as prose (views) by the code of schemas 1-3. Stage data of these schemas has
+# no decision under any of these names. Used by the content digest (zero-delta): its definition stays as the
+# writers of these schemas computed it, so two packs of one commit compare equal across code versions.
+_DIGEST_PROSE_V1 = frozenset({"reason", "observed", "fault", "note", "notes", "description", "message", "detail",
+                              "why", "text", "hint"})
+# What verify does not compare in a stage's data: the digest's prose keys and "expected", the sentence a canary
+# record says it expects ("fail", "memcheck flags it", ...; the decision is `caught`). Written by every schema
+# since 1; rewording it in today's code must not break an older pack.
+_PROSE_V1 = _DIGEST_PROSE_V1 | {"expected"}
+
+
+@dataclass(frozen=True)
+class SchemaSpec:
+    """What a pack of one schema version holds and how its records are read."""
+
+    version: int
+    required_gates: tuple[str, ...]  # gates pack.json must hold (dropping one is a forgery)
+    required_canaries: tuple[str, ...]  # planted faults, whatever canaries/expected.json says
+    root_files: tuple[str, ...]  # files at the pack's root (index.json is checked separately)
+    prose_keys: frozenset[str]  # keys of stage data that verify never compares (views)
+    digest_prose_keys: frozenset[str]  # keys the content digest leaves out
+    empty_folders_refused: bool  # its writer removes empty folders: an empty one is a mismatch
+    pack_fields: tuple[str, ...]  # pack.json's keys in the order its writer wrote them
+
+
+_PACK_FIELDS_V1 = ("schema_version", "pack_id", "created_utc", "tool_version", "git", "toolchain", "python",
+                   "warnings", "options", "stages", "gates", "label", "labels", "so_sha256", "summary", "timings",
+                   "content_digest", "zero_delta", "complete")
+_PACK_FIELDS_V2 = ("schema_version", "pack_id", "created_utc", "tool_version", "git", "toolchain", "python",
+                   "warnings", "options", "stages", "gates", "label", "labels", "requirement", "so_sha256",
+                   "summary", "timings", "content_digest", "zero_delta", "complete", "signing")
+
+SCHEMAS: dict[int, SchemaSpec] = {
+    1: SchemaSpec(1, _GATES_V1, _CANARIES_V1, _ROOT_V1, _PROSE_V1, _DIGEST_PROSE_V1, False, _PACK_FIELDS_V1),
+    2: SchemaSpec(2, _GATES_V1, _CANARIES_V2, _ROOT_V2, _PROSE_V1, _DIGEST_PROSE_V1, False, _PACK_FIELDS_V2),
+    3: SchemaSpec(3, _GATES_V1, _CANARIES_V3, _ROOT_V2, _PROSE_V1, _DIGEST_PROSE_V1, True, _PACK_FIELDS_V2),
+}
+CURRENT = SCHEMAS[SCHEMA_VERSION]
+
+# The per-version views older code imported by these names.
+REQUIRED_GATES: dict[int, tuple[str, ...]] = {v: s.required_gates for v, s in SCHEMAS.items()}
+REQUIRED_CANARIES: dict[int, tuple[str, ...]] = {v: s.required_canaries for v, s in SCHEMAS.items()}
+REQUIRED_ROOT_FILES: dict[int, tuple[str, ...]] = {v: s.root_files for v, s in SCHEMAS.items()}
+
+
+def spec(version: object) -> SchemaSpec | None:
+    """The spec of a schema version; None for one this code does not know (verify names it)."""
+    return SCHEMAS.get(version) if isinstance(version, int) and not isinstance(version, bool) else None
