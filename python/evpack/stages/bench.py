@@ -4,6 +4,8 @@ run() writes into the stage folder:
   binary.json            the extension this process loaded (evpack.binary.loaded_binary)
   ceilings.json          raw times of the copy and 8192^3 matmul ceilings
   clocks.json            SM clock under load before/after, throttle flag
+  gpu_limits.json        nvidia-smi's power limits, SM/memory clocks and clock event reasons before and after
+                         the timed shapes, and the SKU (envlock.gpu_limits; informational, not required)
   samples.csv.gz         one row per timed sample: key, impl, variant, config, shape, mode, sample, time_us
   summary.json.xz        rows (records + statistics), leaderboard, canonical speedup (older packs: summary.json)
   run.json               suite, options, device, GPU seconds and $ cost, previous pack id
@@ -55,6 +57,7 @@ CANARY = bench_canaries.SIDE_STREAM
 CANARY_FILE = bench_canaries.FILES[CANARY]
 CANARIES = bench_canaries.NAMES  # every canary whose gate is this stage
 INTEGRITY_FILE = "integrity.json"
+GPU_LIMITS_FILE = "gpu_limits.json"
 PROBE_SEED = 0x9B0BE
 
 log = logging.getLogger(__name__)
@@ -155,6 +158,7 @@ def _run(ctx: StageContext, t_start: float) -> None:
 
     from ..api import flash_attention  # loads the extension
     from ..binary import loaded_binary
+    from ..envlock import gpu_limits
     from ..timing import ceilings, clocks, harness
     from ..timing.shape_runner import ShapeRunner
 
@@ -171,6 +175,7 @@ def _run(ctx: StageContext, t_start: float) -> None:
     log.info("bench: suite %s, %d shapes, %d timed modes, device %s", suite.name, len(suite.shapes),
              suite.measurements, info["name"])
     with torch.cuda.stream(stream):
+        limits_before = gpu_limits()
         ceilings.busy()
         before = clocks.read(dev, uuid)
         stream.synchronize()
@@ -195,6 +200,7 @@ def _run(ctx: StageContext, t_start: float) -> None:
         ceilings.busy()
         after = clocks.read(dev, uuid)
         stream.synchronize()
+        write_json(ctx.dir / GPU_LIMITS_FILE, {"schema": 1, "before": limits_before, "after": gpu_limits()})
     clk = clocks.judge(before, after)
     write_json(ctx.dir / "clocks.json", clk)
     if clk["throttled"]:
