@@ -145,9 +145,9 @@ def test_tensor_label_without_tensor_instructions_fails_the_sass_proof(tmp_path,
     out = _stage(pack, sass_stage)
     assert out.status == PASS, out.reason  # the scalar body, labelled scalar: no tensor-core math
     assert json.loads((pack / "sass" / "binary.json").read_text())["sha256"] == binary.sha256_file(obj)
-    for name in ("run.json", "table.json", "table.csv", "histogram.json", "histogram.csv"):
+    for name in ("run.json", "table.json", "table.csv", "histogram.json", sass_stage.HISTOGRAM_CSV):
         assert (pack / "sass" / name).stat().st_size > 0, name
-    dump = pack / "sass" / "evpack._C.sass.gz"
+    dump = pack / "sass" / "evpack._C.sass.xz"
     text = sass_stage.read_dump(dump)
     assert "Function : _ZN6evpack6scalar10fwd_kernel" in text
     assert len(text.encode()) == json.loads((pack / "sass" / "run.json").read_text())["binaries"][0]["dump_bytes"]
@@ -214,7 +214,7 @@ def test_sass_reuses_the_dump_of_unchanged_device_code_byte_for_byte(tmp_path, m
     runs = {n: json.loads((p / "sass" / "run.json").read_text())["binaries"][0] for n, (p, _, _) in packs.items()}
     assert "reused" not in runs["first"] and "reused" not in runs["fresh"]
     assert len(runs["second"]["reused"]["key"]) == 64
-    dumps = {n: (p / "sass" / "evpack._C.sass.gz").read_bytes() for n, (p, _, _) in packs.items()}
+    dumps = {n: (p / "sass" / "evpack._C.sass.xz").read_bytes() for n, (p, _, _) in packs.items()}
     assert dumps["first"] == dumps["second"] == dumps["fresh"]
     assert json.loads((second / "sass" / "binary.json").read_text())["sha256"] == binary.sha256_file(obj2)
     assert out1.status == out2.status == out3.status == PASS

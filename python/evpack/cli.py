@@ -399,7 +399,8 @@ def _whole_pack(arg: str, command: str) -> Path:
     """A pack argument of a command that reads only whole packs: a bench folder or a summary.json given
     on its own is refused (nothing outside a pack's index can be verified), as is a merged verdict."""
     p = Path(arg)
-    if p.is_file() or (p.is_dir() and not (p / "index.json").is_file() and (p / "summary.json").is_file()):
+    if p.is_file() or (p.is_dir() and not (p / "index.json").is_file()
+                       and any((p / f"summary.json{s}").is_file() for s in ("", ".xz", ".gz"))):
         raise PackError(f"{command}: {arg} is not a pack: {command} needs whole packs (a pack folder, a pack id "
                         "or 'latest'), which it verifies first")
     pack = resolve_pack(arg)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import registry
-from .jsonio import read_json
+from .jsonio import read_json, read_member_json
 
 TABLE_SCHEMA_VERSION = 1
 TABLE_PATH = Path(__file__).with_name("dispatch_table.json")
@@ -53,9 +53,10 @@ def shape_class(*, dtype: str, head_dim: int, causal: bool, batch: int, heads: i
 
 # ---- generation ----------------------------------------------------------------------------------
 
-def _read(path: Path) -> dict:
+def _read(path: Path, *, member: bool = False) -> dict:
+    """A JSON object of a pack; `member`: in whichever form the pack stores it (summary.json.xz)."""
     try:
-        data = read_json(path)
+        data = read_member_json(path.parent, path.name) if member else read_json(path)
     except FileNotFoundError as exc:
         raise DispatchTableError(f"{path}: missing (not a pack with a benchmark?)") from exc
     except (OSError, ValueError) as exc:
@@ -81,7 +82,7 @@ def _generate(pack_dir: Path) -> dict:
     if pj.get("label") != SOURCE_LABEL:
         raise DispatchTableError(f"{pack_dir.name}: label {pj.get('label')!r}; only an {SOURCE_LABEL} pack "
                                  "(every gate passed on a GPU) can choose the default kernels")
-    summary = _read(pack_dir / "bench" / "summary.json")
+    summary = _read(pack_dir / "bench" / "summary.json", member=True)
     device = _read(pack_dir / "bench" / "run.json").get("device") or {}
     if not device.get("sm_count") or not device.get("capability"):
         raise DispatchTableError(f"{pack_dir.name}: bench/run.json records no device SM count / capability")

@@ -1,7 +1,8 @@
 """env.json: exactly the v1 environment-lock schema (key order is part of the schema).
 
 Anything that cannot be read is null plus an entry in `errors`; this never raises.
-Output is ASCII-only.
+Output is ASCII-only. What bounds the GPU's speed besides its name (power limits, clocks, clock event
+reasons, SKU: gpu_limits) is kept under nvidia_smi_query["limits"], so the v1 keys stay as they are.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .gitinfo import git_info
+from .parsers import nvsmi
 from .version import __version__
 
 ENV_SCHEMA_VERSION = "v1"
@@ -42,6 +44,42 @@ def _smi(args: list[str]) -> str:
     if out.returncode != 0:
         raise RuntimeError(f"nvidia-smi exited {out.returncode}: {(out.stderr or out.stdout).strip()[:200]}")
     return out.stdout
+
+
+def gpu_limits(run=None, max_retries: int = 8) -> dict[str, Any]:
+    """Power limits, SM and memory clocks (current, max), clock event reasons and SKU of every GPU, read with
+    nvidia-smi now: {"source", "fields", "gpus": [parse_query_csv entries, each with "sku"], "dropped":
+    fields this driver refused, "errors"}. Never raises; a field a driver does not know is dropped and
+    recorded, a value it cannot report is recorded as missing. `run`: the nvidia-smi runner (tests)."""
+    run = run or _smi
+    fields = list(nvsmi.LIMIT_FIELDS)
+    out: dict[str, Any] = {"source": "nvidia-smi", "fields": fields, "gpus": [], "dropped": [], "errors": []}
+    text = None
+    for _ in range(max_retries):
+        try:
+            text = run([f"--query-gpu={','.join(fields)}", "--format=csv"])
+            break
+        except FileNotFoundError:
+            out["errors"].append("nvidia-smi: not found on PATH")
+            return out
+        except Exception as exc:  # noqa: BLE001 - recorded, never raised
+            bad = nvsmi.invalid_field(str(exc))
+            if bad is None or bad not in fields:
+                out["errors"].append(f"nvidia-smi --query-gpu: {type(exc).__name__}: {str(exc)[:200]}")
+                break
+            fields.remove(bad)
+            out["dropped"].append(bad)
+    out["fields"] = fields
+    if text is not None:
+        out["gpus"] = nvsmi.parse_query_csv(text)
+    try:
+        skus = nvsmi.parse_sku(run(["-q"]))
+    except Exception as exc:  # noqa: BLE001
+        out["errors"].append(f"nvidia-smi -q: {type(exc).__name__}: {str(exc)[:200]}")
+        skus = []
+    for i, g in enumerate(out["gpus"]):
+        g["sku"] = skus[i] if i < len(skus) else {k: None for k in nvsmi.SKU_KEYS}
+    return _ascii(out)
 
 
 def _torch_facts(errors: list[str]) -> dict[str, Any]:
@@ -81,6 +119,7 @@ def collect_env(repo: Path) -> dict[str, Any]:
         driver_version = smi_query.get("driver_version")
         dm = smi_query.get("driver_model.current")
         driver_model = None if dm in (None, "[N/A]", "N/A") else dm
+        smi_query["limits"] = gpu_limits()
         smi_raw = _smi([])
         for ln in smi_raw.splitlines():
             if "CUDA Version:" in ln:

@@ -45,7 +45,7 @@ class RunResult:
 def previous_with_bench(packs_root: Path) -> Path | None:
     """The newest finished pack whose benchmark produced a summary (compare's baseline)."""
     for pack in reversed(list_packs(packs_root)):
-        if (pack / "bench" / "summary.json").exists():
+        if any((pack / "bench" / f"summary.json{s}").exists() for s in ("", ".xz")):
             return pack
     return None
 

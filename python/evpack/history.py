@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .jsonio import read_json
+from .jsonio import read_json, read_member_json
 from .records.pack import ABSENT, PackRecord
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,9 +64,10 @@ def _created(pack_id: str, pack: PackRecord | None) -> str:
 
 
 def _side_file(path: Path) -> dict:
-    """A JSON object beside pack.json ({} when absent or unreadable: the row then shows '-')."""
+    """A JSON object beside pack.json, in whichever form the pack stores it (summary.json.xz) ({} when absent
+    or unreadable: the row then shows '-')."""
     try:
-        return _object(read_json(path)) if path.is_file() else {}
+        return _object(read_member_json(path.parent, path.name))
     except (OSError, ValueError):
         return {}
 

@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+COMPACT_FROM_BYTES = 64 << 10  # a file larger than this indented is written without indentation (machine files)
 MAX_DEPTH = 64  # arrays/objects inside each other; the deepest file a pack holds today is 8 levels
 # A JSON string (its closing quote optional, so an unterminated one ends the scan instead of being
 # retried from every later quote: linear time) or one bracket.
@@ -111,6 +112,45 @@ def read_json(path: Path, *, allow_nan: bool = False) -> Any:
     return parse_json(text, path, allow_nan=allow_nan)
 
 
+def read_member_json(folder: Path, name: str, *, allow_nan: bool = False) -> Any:
+    """Member `name` of a pack folder as strict JSON, in whichever form it is stored (`name`, `name.xz`,
+    `name.gz`: packfs.member). JsonFileError (a ValueError) when it is not JSON, cannot be inflated or is stored
+    twice; FileNotFoundError when no form is present."""
+    from .packfs import member, read_stored  # noqa: PLC0415 (packfs is standard library only too)
+
+    try:
+        path = member(Path(folder), name)
+    except ValueError as exc:
+        raise JsonFileError(Path(folder) / name, str(exc)) from None
+    if path.name == name:
+        return read_json(path, allow_nan=allow_nan)
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise JsonFileError(path, "not a regular file")
+    try:
+        text = read_stored(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise JsonFileError(path, f"not UTF-8 (byte {exc.start})") from None
+    except ValueError as exc:
+        raise JsonFileError(path, str(exc)) from None
+    return parse_json(text, path, allow_nan=allow_nan)
+
+
+def json_text(obj: Any) -> str:
+    """The JSON text a pack file holds: indented for people, or without indentation when the indented text
+    would be over COMPACT_FROM_BYTES (the large machine files: whitespace was a quarter of them)."""
+    text = json.dumps(json_safe(obj), indent=2, ensure_ascii=True, allow_nan=False)
+    if len(text) > COMPACT_FROM_BYTES:
+        text = json.dumps(json_safe(obj), separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return text + "\n"
+
+
+def write_member_json(path: Path, obj: Any) -> None:
+    """JSON in the stored form the suffix of `path` names (`x.json.xz`: inside an xz stream; packfs)."""
+    from .packfs import write_stored  # noqa: PLC0415
+
+    write_stored(path, json_text(obj).encode("ascii"))
+
+
 def json_safe(obj: Any) -> Any:
     """The object with every non-finite float (NaN, +-inf: not JSON) replaced by null."""
     if isinstance(obj, float) and not math.isfinite(obj):
@@ -124,12 +164,11 @@ def json_safe(obj: Any) -> Any:
 
 def write_json(path: Path, obj: Any) -> None:
     """Atomic JSON write, keys in the order given (schemas keep their order); a non-finite number
-    is written as null, so every file a pack holds is strict JSON."""
+    is written as null, so every file a pack holds is strict JSON. Large files without indentation (json_text)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(json_safe(obj), f, indent=2, ensure_ascii=True, allow_nan=False)
-        f.write("\n")
+        f.write(json_text(obj))
     tmp.replace(path)
 
 

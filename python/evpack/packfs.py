@@ -6,18 +6,35 @@ A pack is data from anywhere; `verify`, `label`, `report`, `merge` read it befor
   `.`/`..`, NUL and the empty name, so no record can send a reader outside the pack.
 - No file of a pack is larger than MAX_FILE_BYTES (the largest today: 2.8 MB); a larger one (or a
   sparse file claiming terabytes) is refused before it is hashed or read.
-- A compressed file (sass/*.sass.gz, bench/*samples.csv.gz) is inflated to at most
-  MAX_INFLATED_BYTES (the largest today: 53 MB): a decompression bomb is an error, not a full memory.
+- A compressed file (sass/*.sass.gz|xz, bench/*samples.csv.gz|xz, any member stored as <name>.xz) is
+  inflated to at most MAX_INFLATED_BYTES (the largest today: 53 MB): a decompression bomb is an error, not
+  a full memory; an xz stream's decoder may use at most XZ_MEMLIMIT bytes (its header names the dictionary
+  size: a few bytes may ask for 1.5 GiB).
+- Storage forms (a per-file suffix, so older packs keep verifying): a member `name` of a folder is the file
+  `name`, or its bytes inside an xz stream (`name.xz`, packs written since the pack-size limit) or a gzip
+  stream (`name.gz`). `member` finds the one form present; two forms of one member are refused (a reader
+  and verify could otherwise read different bytes).
 
 Standard library only (verify imports it).
 """
 from __future__ import annotations
 
 import gzip
+import lzma
+import zlib
 from pathlib import Path
 
 MAX_FILE_BYTES = 256 << 20
 MAX_INFLATED_BYTES = 512 << 20
+XZ_MEMLIMIT = 128 << 20  # xz -9 needs 65 MiB to decode; our writer's preset 6 needs 9 MiB
+XZ_PRESET = 6  # measured on a quick pack's 34 MB SASS dump: 0.65 MB in 6.6 s (-9e: 0.54 MB in 22 s; gzip -6: 2.8 MB)
+COMPRESSED_SUFFIXES = (".xz", ".gz")  # the stored forms a reader recognises beside the plain file
+_CHUNK = 1 << 20
+
+
+class CompressedFileError(ValueError):
+    """A compressed pack file that cannot be inflated (corrupt, truncated, trailing bytes, a bomb): one line
+    naming the file."""
 
 
 def plain_name(name: object) -> bool:
@@ -35,3 +52,79 @@ def read_gzip(path: Path, limit: int = MAX_INFLATED_BYTES) -> bytes:
         raise ValueError(f"{Path(path).name} inflates to more than {limit >> 20} MiB: refused as a "
                          "decompression bomb (a pack's compressed files are far smaller)")
     return data
+
+
+def read_xz(path: Path, limit: int = MAX_INFLATED_BYTES) -> bytes:
+    """The content of a single-stream xz file, inflated to at most `limit` bytes with a decoder held to
+    XZ_MEMLIMIT. ValueError for a bomb; lzma.LZMAError for a corrupt stream or a greedy header; EOFError for a
+    truncated one; ValueError for bytes after the stream (our writer writes one stream)."""
+    dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ, memlimit=XZ_MEMLIMIT)
+    out = bytearray()
+    with open(path, "rb") as f:
+        while not dec.eof:
+            if dec.needs_input:
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    raise EOFError("the xz stream ends before its end marker (truncated)")
+            else:
+                chunk = b""
+            out += dec.decompress(chunk, max_length=limit + 1 - len(out))
+            if len(out) > limit:
+                raise ValueError(f"{Path(path).name} inflates to more than {limit >> 20} MiB: refused as a "
+                                 "decompression bomb (a pack's compressed files are far smaller)")
+        if dec.unused_data or f.read(1):
+            raise ValueError("bytes after the end of the xz stream")
+    return bytes(out)
+
+
+def read_stored(path: Path, limit: int = MAX_INFLATED_BYTES) -> bytes:
+    """A pack file's content by its suffix: inflated (up to `limit`) for .xz and .gz, else as stored.
+    CompressedFileError (a ValueError) naming the file when it cannot be inflated; OSError as raised."""
+    path = Path(path)
+    if path.suffix not in COMPRESSED_SUFFIXES:
+        return path.read_bytes()
+    try:
+        return read_xz(path, limit) if path.suffix == ".xz" else read_gzip(path, limit)
+    except (lzma.LZMAError, EOFError, zlib.error, gzip.BadGzipFile, ValueError) as exc:
+        raise CompressedFileError(f"{path.name}: cannot be inflated ({type(exc).__name__}: {exc})") from None
+
+
+def compress(data: bytes, suffix: str) -> bytes:
+    """`data` in the stored form of `suffix` ('' plain, '.xz', '.gz'): the same bytes give the same file."""
+    if suffix == ".xz":
+        return lzma.compress(data, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=XZ_PRESET)
+    if suffix == ".gz":
+        return gzip.compress(data, compresslevel=6, mtime=0)
+    if suffix:
+        raise ValueError(f"unknown storage suffix {suffix!r}")
+    return data
+
+
+def write_stored(path: Path, data: bytes) -> None:
+    """Write `data` to `path` in the stored form its suffix names (atomic: temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(compress(data, path.suffix if path.suffix in COMPRESSED_SUFFIXES else ""))
+    tmp.replace(path)
+
+
+def stored_forms(folder: Path, name: str) -> list[Path]:
+    """The files of `folder` that hold member `name` (plain, .xz, .gz), those present only."""
+    return [p for p in (folder / name, *(folder / f"{name}{s}" for s in COMPRESSED_SUFFIXES)) if p.is_file()]
+
+
+def member(folder: Path, name: str) -> Path:
+    """The file holding member `name` of `folder`: `name` itself, `name.xz` or `name.gz`, whichever is present
+    (folder/name when none is, so a caller's missing-file handling applies). ValueError when more than one
+    form is present."""
+    forms = stored_forms(folder, name)
+    if len(forms) > 1:
+        raise ValueError(f"{folder.name}/{name} is stored twice ({', '.join(p.name for p in forms)}): a pack holds "
+                         "one form of each file")
+    return forms[0] if forms else folder / name
+
+
+def read_member(folder: Path, name: str, limit: int = MAX_INFLATED_BYTES) -> bytes:
+    """The content of member `name` of `folder` in whichever form it is stored (see `member`)."""
+    return read_stored(member(folder, name), limit)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..timing import ceilings as ceilings_mod
 from ..timing import plots
+from ..timing import summary as sm
 from ..timing.baselines import BACKENDS, classify_kernels
 from ..timing.compare import SAME, compare_rows
 from . import ab_section
@@ -29,6 +30,14 @@ def _load(path: Path):
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _load_summary(stage_dir: Path, name: str = sm.SUMMARY_FILE):
+    """summary.json (or previous_summary.json) in whichever form the pack stores it; None when unreadable."""
+    try:
+        return sm.read_summary(stage_dir, name)
     except (OSError, ValueError):
         return None
 
@@ -106,7 +115,7 @@ def top_rows(board: list[dict], n: int) -> list[dict]:
 
 def canonical_leaderboard(stage_dir: Path, max_rows: int | None = None, level: int = 2) -> list[str]:
     """Heading + leaderboard table at the canonical shape ([] when the pack has no benchmark summary)."""
-    summary = _load(stage_dir / "summary.json")
+    summary = _load_summary(stage_dir)
     if not summary or not summary.get("leaderboard"):
         return []
     board = summary["leaderboard"]
@@ -177,7 +186,7 @@ def _sdpa_kernels(ran: list[dict]) -> list[str]:
 
 def _previous(stage_dir: Path, run: dict, rows: list[dict]) -> list[Block]:
     """The comparison with the previous pack's benchmark: the tally, the changed rows collapsed."""
-    prev = _load(stage_dir / "previous_summary.json")
+    prev = _load_summary(stage_dir, sm.PREVIOUS_FILE)
     if not (prev and prev.get("rows")):
         return []
     diff = compare_rows(prev["rows"], rows)
@@ -205,7 +214,7 @@ def figures_of(stage_dir: Path) -> list[Block]:
 
 def render(stage_dir: Path, outcome, *, leaderboard: bool = True) -> list[Block]:
     """The benchmark section; with leaderboard=False the canonical leaderboard is left to the report's top."""
-    summary = _load(stage_dir / "summary.json")
+    summary = _load_summary(stage_dir)
     run = _load(stage_dir / "run.json") or {}
     out: list[Block] = [Md(f"## Benchmark\n\n**Status: {text(outcome.status)}** — {text(outcome.reason)}")]
     out += ab_section.section(stage_dir)  # the same-run A/B against the base: first

@@ -15,6 +15,7 @@ from ..stages.order import stage_module
 from .blocks import LONG_TABLE_ROWS, Block, Figure, Md, figure_paths, section_blocks, to_markdown
 from .common import MARKER, PackView, gate_table, headline, load_view, machine_line, signature_line, status_word
 from .decision import decide
+from .gpu_limits_md import limit_lines
 from .markdown import code, table, text
 
 __all__ = ["LONG_TABLE_ROWS", "render_md", "report_blocks"]
@@ -41,6 +42,7 @@ def _pack_facts(view: PackView) -> list[str]:
     lines = ["## Pack", "",
              f"- commit {code(git.commit)}{' (dirty)' if git.dirty else ''}; created {text(pj.created_utc)}",
              f"- {machine_line(env)}",
+             *limit_lines(env, view.dir),
              "- toolchain: " + ", ".join(f"{text(k)} {text(v) if v else '-'}" for k, v in pj.toolchain.items()),
              f"- binary sha256: {code(pj.so_sha256 or '-')}"]
     signature = signature_line(pj)  # None for packs made before signed provenance: nothing claimed

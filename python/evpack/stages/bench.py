@@ -4,10 +4,12 @@ run() writes into the stage folder:
   binary.json            the extension this process loaded (evpack.binary.loaded_binary)
   ceilings.json          raw times of the copy and 8192^3 matmul ceilings
   clocks.json            SM clock under load before/after, throttle flag
+  gpu_limits.json        nvidia-smi's power limits, SM/memory clocks and clock event reasons before and after
+                         the timed shapes, and the SKU (envlock.gpu_limits; informational, not required)
   samples.csv.gz         one row per timed sample: key, impl, variant, config, shape, mode, sample, time_us
-  summary.json           rows (records + statistics), leaderboard, canonical speedup
+  summary.json.xz        rows (records + statistics), leaderboard, canonical speedup (older packs: summary.json)
   run.json               suite, options, device, GPU seconds and $ cost, previous pack id
-  previous_summary.json  copy of the previous pack's summary (only with option previous_pack)
+  previous_summary.json.xz  copy of the previous pack's summary (only with option previous_pack)
   ab.json, ab_samples.csv.gz, ab_binary.json, ab_build/
                          only with --baseline REF: REF's build, its samples and the A/B verdicts
                          (evpack.timing.ab_stage; REF's rows are timed in the same rounds as ours)
@@ -47,14 +49,15 @@ from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_j
 NAME = "bench"
 NEEDS_GPU = True
 TIMEOUT_S = 900  # full suite budget 8 min + ceilings, build load and plots
-REQUIRED_FILES = ("bench.log", "run.json", "samples.csv.gz", "summary.json", "ceilings.json", "clocks.json")  # raw files a stage that decided pass/fail keeps (verify requires them)
+REQUIRED_FILES = ("bench.log", "run.json", "samples.csv.gz", "summary.json*", "ceilings.json", "clocks.json")  # raw files a stage that decided pass/fail keeps (verify requires them)
 BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
-REQUIRED = ("summary.json", sm.SAMPLES_FILE, "ceilings.json", "run.json", "clocks.json", "binary.json")
+REQUIRED = (sm.SAMPLES_FILE, "ceilings.json", "run.json", "clocks.json", "binary.json")  # and the summary
 META_KEYS = bench_outcome.META_KEYS
 CANARY = bench_canaries.SIDE_STREAM
 CANARY_FILE = bench_canaries.FILES[CANARY]
 CANARIES = bench_canaries.NAMES  # every canary whose gate is this stage
 INTEGRITY_FILE = "integrity.json"
+GPU_LIMITS_FILE = "gpu_limits.json"
 PROBE_SEED = 0x9B0BE
 
 log = logging.getLogger(__name__)
@@ -81,7 +84,7 @@ def _run_sharded(ctx: StageContext, t_start: float) -> None:
     """The suite over options["gpus"] (bench_shards), then the stage folder's plots and run.json."""
     suite = resolve_suite(ctx.options, ctx.repo)
     merged = bench_shards.run(ctx, suite)
-    rows = read_json(ctx.dir / "summary.json")["rows"]
+    rows = sm.read_summary(ctx.dir)["rows"]
     plot_error = _plots(rows, ctx.dir, suite.primary_mode)
     wall = time.perf_counter() - t_start
     # every GPU of the pool is held for the stage's wall time
@@ -131,7 +134,7 @@ def _copy_previous(options: dict, stage_dir: Path) -> dict:
     except CompareInputError as exc:
         log.warning("previous pack not usable: %s", exc)
         return {"previous_pack": str(prev), "previous_error": str(exc)}
-    write_json(stage_dir / "previous_summary.json", data)
+    sm.write_summary(stage_dir, data, sm.PREVIOUS_FILE)
     return {"previous_pack": str(prev), "previous_pack_id": Path(prev).resolve().name}
 
 
@@ -155,6 +158,7 @@ def _run(ctx: StageContext, t_start: float) -> None:
 
     from ..api import flash_attention  # loads the extension
     from ..binary import loaded_binary
+    from ..envlock import gpu_limits
     from ..timing import ceilings, clocks, harness
     from ..timing.shape_runner import ShapeRunner
 
@@ -171,6 +175,7 @@ def _run(ctx: StageContext, t_start: float) -> None:
     log.info("bench: suite %s, %d shapes, %d timed modes, device %s", suite.name, len(suite.shapes),
              suite.measurements, info["name"])
     with torch.cuda.stream(stream):
+        limits_before = gpu_limits()
         ceilings.busy()
         before = clocks.read(dev, uuid)
         stream.synchronize()
@@ -195,6 +200,7 @@ def _run(ctx: StageContext, t_start: float) -> None:
         ceilings.busy()
         after = clocks.read(dev, uuid)
         stream.synchronize()
+        write_json(ctx.dir / GPU_LIMITS_FILE, {"schema": 1, "before": limits_before, "after": gpu_limits()})
     clk = clocks.judge(before, after)
     write_json(ctx.dir / "clocks.json", clk)
     if clk["throttled"]:
@@ -206,7 +212,7 @@ def _run(ctx: StageContext, t_start: float) -> None:
     records, base_records, samples, base_samples = ab_stage.split(runner.records, runner.samples)
     summary = sm.build_summary(meta, records, samples, ceilings.rates(ceil), physics=physics)
     sm.write_samples(ctx.dir / sm.SAMPLES_FILE, records, samples)
-    write_json(ctx.dir / "summary.json", summary)
+    sm.write_summary(ctx.dir, summary)
     if ab_meta is not None:
         ab_stage.write(ctx.dir, ab_meta, summary["rows"], samples, base_records, base_samples, confirm_records,
                        confirm_samples)
@@ -352,7 +358,7 @@ def required_files(stage_dir: Path) -> tuple[str, ...]:
     figures = _expected_plots(stage_dir)
     if not shards.is_sharded(stage_dir):
         return REQUIRED_FILES + figures + ab_stage.required_files(stage_dir)
-    top = ("bench.log", "run.json", "summary.json", "binary.json", shards.SHARDS_FILE, "procs.json")
+    top = ("bench.log", "run.json", "summary.json*", "binary.json", shards.SHARDS_FILE, "procs.json")
     try:
         folders = shards.shard_dirs(stage_dir)
     except (OSError, ValueError, KeyError, TypeError):
@@ -363,7 +369,7 @@ def required_files(stage_dir: Path) -> tuple[str, ...]:
 
 def _expected_plots(stage_dir: Path) -> tuple[str, ...]:
     try:
-        run_rec, summary = read_json(stage_dir / "run.json"), read_json(stage_dir / "summary.json")
+        run_rec, summary = read_json(stage_dir / "run.json"), sm.read_summary(stage_dir)
         if run_rec.get("plot_error"):
             return ()
         return plots.expected_files(summary["rows"], summary["primary_mode"])
@@ -391,10 +397,12 @@ def _probe_problem(probe: dict, rows: list[dict]) -> str:
 
 def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     missing = [n for n in REQUIRED if not (stage_dir / n).is_file()]
+    if not sm.has_summary(stage_dir):
+        missing.insert(0, sm.SUMMARY_FILE)
     if missing:
         return StageOutcome(ERROR, f"missing {', '.join(missing)}")
     try:
-        written = read_json(stage_dir / "summary.json")
+        written = sm.read_summary(stage_dir)
         ceil, run_info = read_json(stage_dir / "ceilings.json"), read_json(stage_dir / "run.json")
         clk = read_json(stage_dir / "clocks.json")
         samples = sm.read_samples(stage_dir / sm.SAMPLES_FILE)

@@ -8,7 +8,6 @@ from pathlib import Path
 from ..timing import ab
 from ..timing import summary as sm
 from ..timing.ab_stage import outcome_data
-from .base import read_json
 
 META_KEYS = ("suite", "canonical", "primary_mode")  # summary.json's run-level fields
 
@@ -36,13 +35,13 @@ def canonical_note(summary: dict) -> str:
 def add_previous(stage_dir: Path, rows: list[dict], run_info: dict, data: dict) -> str | None:
     """The comparison with the previous pack (previous_summary.json, when the run had one) into data:
     its regressions and counts. Returns a problem (a corrupt file) or None."""
+    from ..timing import summary as sm
     from ..timing.compare import compare_rows, regressions
 
-    path = stage_dir / "previous_summary.json"
-    if not path.is_file():
+    if not sm.has_summary(stage_dir, sm.PREVIOUS_FILE):
         return None
     try:
-        diff = compare_rows(read_json(path)["rows"], rows)
+        diff = compare_rows(sm.read_summary(stage_dir, sm.PREVIOUS_FILE)["rows"], rows)
     except (ValueError, KeyError, TypeError) as exc:
         return f"corrupt previous_summary.json: {exc}"
     data["regressions"] = [f"{e['impl']}|{e['variant']}|{e['config']}|{e['shape']}|{e['mode']}"

@@ -87,15 +87,15 @@ def merge(stage_dir: Path, shards: list[dict], suite, procs: dict) -> dict:
     rows, runs = [], []
     for s in shards:
         d = stage_dir / s["dir"]
-        if (d / "summary.json").is_file():
-            rows += read_json(d / "summary.json")["rows"]
+        if sm.has_summary(d):
+            rows += sm.read_summary(d)["rows"]
         if (d / "binary.json").is_file() and not (stage_dir / "binary.json").is_file():
             write_json(stage_dir / "binary.json", read_json(d / "binary.json"))
         info = read_json(d / "run.json") if (d / "run.json").is_file() else {}
         runs.append({"dir": s["dir"], "shapes": s["shapes"], "gpu": procs.get(s["dir"], {}).get("gpu"),
                      "device": info.get("device"), "gpu_seconds": info.get("gpu_seconds")})
     meta = {"suite": suite.name, "canonical": suite.canonical.key, "primary_mode": suite.primary_mode}
-    write_json(stage_dir / "summary.json", sm.summary_from_rows(meta, rows))
+    sm.write_summary(stage_dir, sm.summary_from_rows(meta, rows))
     return {"shards": runs, "device": next((r["device"] for r in runs if r["device"]), None)}
 
 
@@ -104,7 +104,7 @@ def _outside(stage_dir: Path, s: dict) -> str | None:
     d = stage_dir / s["dir"]
     if not d.is_dir():
         return f"{s['dir']}: missing"
-    rows = read_json(d / "summary.json")["rows"] if (d / "summary.json").is_file() else []
+    rows = sm.read_summary(d)["rows"] if sm.has_summary(d) else []
     outside = sorted({r["shape"] for r in rows} - set(s["shapes"]))
     return f"{s['dir']}: rows of shapes it was not given ({outside[0]})" if outside else None
 
@@ -114,7 +114,7 @@ def derive(stage_dir: Path, pack_dir: Path, derive_single) -> StageOutcome:
     try:
         shards = read_json(stage_dir / SHARDS_FILE)["shards"]
         run_info = read_json(stage_dir / "run.json")
-        written = read_json(stage_dir / "summary.json")
+        written = sm.read_summary(stage_dir)
         binary = read_json(stage_dir / "binary.json").get("sha256")
         procs = read_json(stage_dir / "procs.json")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -141,7 +141,7 @@ def derive(stage_dir: Path, pack_dir: Path, derive_single) -> StageOutcome:
         if read_json(d / "binary.json").get("sha256") != binary:
             return StageOutcome(ERROR, f"{s['dir']}: loaded a binary other than bench/binary.json's")
         outcomes.append(out)
-        rows += read_json(d / "summary.json")["rows"]
+        rows += sm.read_summary(d)["rows"]
     meta = {k: written[k] for k in bench_outcome.META_KEYS}
     merged = sm.summary_from_rows(meta, rows)
     diffs = sm.differences(written, merged)

@@ -7,6 +7,10 @@ sink, outlier channels, tied keys). The seed is written to shortcut_inputs.json,
 re-creates the set with the standard library and requires that every case was checked, and that
 the reference of every case stands at least REF_RATIO_MIN x above the bound (else a zero output
 could pass). The bound rule is the same for every family.
+
+Storage: an oracle's result file <cell>.json of more than STORE_XZ_FROM bytes is kept byte for byte inside
+an xz stream, <cell>.json.xz (a variant's grid is 0.55 MB of indented rows, 25 KB in xz); older packs hold
+the plain file. Readers go through jsonio.read_member_json, which takes either form.
 """
 from __future__ import annotations
 
@@ -16,8 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import registry
+from ..jsonio import read_member_json
 from ..model import SCHEMA_VERSION
 from ..records.canary import OBSERVED_FIRST, CanaryRecord
+from ..packfs import member, read_stored, write_stored
 from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .canaries import pack_schema
@@ -40,6 +46,7 @@ MIN_GENERATOR = {3: 2}
 # oracles/common.FAMILIES beyond normal and Student-t: the inputs real models produce
 STRUCTURED_FAMILIES = ("sink", "outlier_channels", "ties")
 REF_RATIO_MIN = 10.0  # max |ref| / bound: a zero output must miss the bound by this much
+STORE_XZ_FROM = 64 << 10  # result files larger than this are kept inside xz (the raw bytes, unchanged)
 
 
 def shortcut_cases(seed: int, generator: int = SHORTCUT_GENERATOR) -> list[dict]:
@@ -86,6 +93,20 @@ def run(ctx: StageContext) -> None:
     jobs = oracle_jobs(ctx.repo, ctx.dir, [v.name for v in selected_variants(ctx.options)], CANARIES, seed)
     run_jobs(jobs, ctx.dir, ctx.repo, gpus=ctx.options.get("gpus"))
     record_binary(ctx.dir, [ctx.dir / f"{j.name}.json" for j in jobs if j.name not in CANARIES])
+    for j in jobs:
+        store_result(ctx.dir / f"{j.name}.json")
+
+
+def store_result(path: Path) -> None:
+    """An oracle's result file over STORE_XZ_FROM bytes is replaced by <name>.xz holding its bytes unchanged."""
+    if not path.is_file() or path.stat().st_size <= STORE_XZ_FROM:
+        return
+    packed = path.with_name(path.name + ".xz")
+    write_stored(packed, path.read_bytes())
+    if read_stored(packed) != path.read_bytes():  # never lose the raw file to a bad write
+        packed.unlink()
+        raise OSError(f"{packed.name}: the xz copy does not read back as {path.name}")
+    path.unlink()
 
 
 def oracle_jobs(repo: Path, stage_dir: Path, variants: list[str], canaries, seed: int,
@@ -108,7 +129,7 @@ def _variant_status(stage_dir: Path, name: str) -> tuple[str, str, list[dict]]:
     if problem:
         return ERROR, problem, []
     try:
-        rows = read_json(stage_dir / f"{name}.json", allow_nan=True)["rows"]
+        rows = read_member_json(stage_dir, f"{name}.json", allow_nan=True)["rows"]
     except (FileNotFoundError, KeyError, ValueError) as exc:
         return ERROR, f"{name}: no readable result ({exc})", []
     if not rows:
@@ -258,11 +279,13 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     lines += ["", "Per config x dtype x head dim (worst case):", "",
               "| variant | config | dtype | D | cases | max error | bound at worst | pass |", "|---|---|---|---|---|---|---|---|"]
     for n in outcome.data.get("variants", {}):
-        p = stage_dir / f"{n}.json"
-        if not p.exists():
+        try:
+            if not member(stage_dir, f"{n}.json").exists():
+                continue
+        except ValueError:
             continue
         groups: dict = {}
-        for r in read_json(p, allow_nan=True)["rows"]:
+        for r in read_member_json(stage_dir, f"{n}.json", allow_nan=True)["rows"]:
             groups.setdefault((r["config"], r["dtype"], r["D"]), []).append(r)
         for (cfg, dt, d), rows in sorted(groups.items()):
             w = min(rows, key=lambda r: r["margin"])

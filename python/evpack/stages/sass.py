@@ -3,7 +3,8 @@
 run(): re-hash the file named by build/binary.json (and build/binary_canaries.json when
 the canary extension was built), record sass/binary.json {"module", "path", "sha256"},
 run `cuobjdump --dump-sass` on it (cuobjdump needs nvdisasm on PATH: tools.tool_env) and
-keep the dump verbatim as sass/<module>.sass, plus parsed histograms.
+keep the dump verbatim as sass/<module>.sass.xz (older packs: .sass.gz; packfs inflates either, capped), plus
+parsed histograms (histogram.csv inside xz: 0.7 MB of repeated symbol names).
 
 derive(): re-parses the dumps. Gates per kernel symbol x arch:
   - the disassembled file is the one the build recorded (SHA-256 equal), else fail;
@@ -21,14 +22,12 @@ a tensor kernel with fp16 accumulators, must fail: the canary matrix reads it as
 """
 from __future__ import annotations
 
-import gzip
 import subprocess
-import zlib
 from collections import Counter
 from pathlib import Path
 
 from .. import binary, registry, toolcache, tools
-from ..packfs import plain_name, read_gzip
+from ..packfs import plain_name, read_stored, write_stored
 from ..parsers import sass, symbols
 from ..records.canary import canary_records
 from ..reporting.markdown import code, fence, short, text  # report_md: every pack value escaped
@@ -46,12 +45,15 @@ from .kernel_rows import (
 NAME = "sass"
 NEEDS_GPU = False
 TIMEOUT_S = 900
-REQUIRED_FILES = ("run.json", "*.sass.gz", "table.csv", "table.json", "histogram.csv", "histogram.json")  # raw files a stage that decided pass/fail keeps (verify requires them)
+REQUIRED_FILES = ("run.json", "*.sass.?z", "table.csv", "table.json", "histogram.csv*", "histogram.json")  # raw files a stage that decided pass/fail keeps (verify requires them)
 BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
 SCHEMA_VERSION = 1
-# The full build's dump is ~20 MB of text (16 kernels x 3 archs, CUDA 13.0), ~1.7 MB gzip-compressed;
-# the pack keeps cuobjdump's stdout byte for byte inside a gzip stream (mtime 0: reproducible bytes).
+# A quick pack's dump is 34 MB of text (53 kernels x 4 archs, CUDA 13.0): 2.8 MB gzip-compressed, 0.65 MB in xz
+# (packfs.XZ_PRESET); the pack keeps cuobjdump's stdout byte for byte inside an xz stream (no timestamp:
+# reproducible bytes). Packs before the 8 MB pack limit hold .sass.gz; run.json names the file either way.
 COMPRESS_DUMP = True
+DUMP_SUFFIX = ".xz"
+HISTOGRAM_CSV = "histogram.csv.xz"  # older packs: histogram.csv (people read it: `xzcat`, pandas reads it as is)
 REPORT_ARCH = "sm_90"  # the arch whose tensor-core lines report.md quotes (else the highest in the dump)
 # build/<file> -> (sass/<file>, dump file stem)
 BINARIES = (("binary.json", "evpack._C"), ("binary_canaries.json", "evpack._canaries"))
@@ -63,12 +65,13 @@ _CSV_DROP = ("tensor_forms", "first_tensor_lines")
 
 
 def _dump_name(module: str) -> str:
-    return f"{module}.sass.gz" if COMPRESS_DUMP else f"{module}.sass"
+    return f"{module}.sass{DUMP_SUFFIX}" if COMPRESS_DUMP else f"{module}.sass"
 
 
 def read_dump(path: Path) -> str:
-    """The cuobjdump output as it was printed (gzip is storage only; inflated up to packfs' limit)."""
-    data = read_gzip(path) if path.suffix == ".gz" else path.read_bytes()
+    """The cuobjdump output as it was printed (xz or gzip is storage only; inflated up to packfs' limit;
+    packfs.CompressedFileError, a ValueError, for a stream that cannot be inflated)."""
+    data = read_stored(path)
     return data.decode("utf-8", errors="replace")
 
 
@@ -139,16 +142,13 @@ def run(ctx: StageContext) -> None:
     write_csv(ctx.dir / "table.csv", pd.DataFrame([{k: r[k] for k in cols} for r in rows], columns=cols))
     long = [{"module": h["module"], "symbol": h["symbol"], "arch": h["arch"], "opcode": op, "count": n}
             for h in hists for op, n in sorted(h["histogram"].items())]
-    write_csv(ctx.dir / "histogram.csv", pd.DataFrame(long, columns=["module", "symbol", "arch", "opcode", "count"]))
+    write_stored(ctx.dir / HISTOGRAM_CSV,
+                 pd.DataFrame(long, columns=["module", "symbol", "arch", "opcode", "count"]).to_csv(index=False).encode())
 
 
 def _write_dump(path: Path, data: bytes) -> None:
-    """cuobjdump's stdout, byte for byte (inside a gzip stream when the name ends in .gz)."""
-    if path.suffix == ".gz":
-        data = gzip.compress(data, compresslevel=6, mtime=0)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    """cuobjdump's stdout, byte for byte (inside an xz or gzip stream when the name ends in .xz or .gz)."""
+    write_stored(path, data)
 
 
 # ---- derive ----------------------------------------------------------------------------
@@ -264,7 +264,7 @@ def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict],
             continue
         try:
             fns = sass.parse_sass(read_dump(dump))
-        except (sass.SassParseError, OSError, EOFError, ValueError, zlib.error) as e:
+        except (sass.SassParseError, OSError, ValueError) as e:
             problems.append(f"{module}: {e}")
             continue
         if not fns:

@@ -32,8 +32,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..jsonio import read_json
-
 K = 2.0
 SAME, FASTER, SLOWER, NEW, GONE, NA = "SAME", "FASTER", "SLOWER", "NEW", "GONE", "N/A"
 OURS, SDPA = "evpack", "sdpa"
@@ -67,12 +65,13 @@ def load(pack: Path) -> dict:
     """bench/summary.json of a pack folder (the caller verifies the pack first): its rows, each
     checked to be comparable. CompareInputError (one line) when there are none or one is malformed."""
     pack = Path(pack)
-    p = pack / "bench" / "summary.json"
-    if not p.is_file():
+    from .summary import has_summary, read_summary
+
+    if not has_summary(pack / "bench"):
         raise CompareInputError(f"compare: {pack.name}: no bench data (no bench/summary.json: the bench stage "
                                 "did not run in this pack)")
     try:
-        data = read_json(p)
+        data = read_summary(pack / "bench")
     except (OSError, ValueError) as exc:
         raise CompareInputError(f"compare: {pack.name}: bench/summary.json unreadable: {exc}") from None
     rows = data.get("rows") if isinstance(data, dict) else None

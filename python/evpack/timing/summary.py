@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..jsonio import read_member_json, write_member_json
 from . import roofline
 from .baselines import BACKENDS
 from .stats import spread
@@ -34,6 +35,12 @@ V1_STAT_KEYS = ("n", "median_us", "q1_us", "q3_us", "iqr_us", "rel_iqr", "ci_lo_
 V2_STAT_KEYS = ("floor_mma_us", "floor_exp_us", "floor_mem_us", "pct_sol", "timed_content_unique")
 STAT_KEYS = V1_STAT_KEYS + V2_STAT_KEYS  # derived from samples + ceilings (+ physics): never trusted as written
 SAMPLES_FILE = "samples.csv.gz"  # gzip: a full suite holds ~10^6 samples
+# summary.json (and previous_summary.json) are written inside xz: a quick suite's summary is 0.73 MB of
+# indented rows, 50 KB in xz; a full suite's three times that. Older packs hold the plain file: readers take
+# either form (read_summary), never both (packfs.member refuses two forms of one file).
+SUMMARY_FILE = "summary.json"
+PREVIOUS_FILE = "previous_summary.json"
+STORED_SUFFIX = ".xz"
 SAMPLE_COLUMNS = ("key", "impl", "variant", "config", "shape", "mode", "sample", "time_us")
 
 
@@ -185,6 +192,33 @@ def differences(written: dict, recomputed: dict) -> list[str]:
         if not same_value(written.get(k), recomputed.get(k)):
             diffs.append(k)
     return diffs
+
+
+def summary_path(folder: Path, name: str = SUMMARY_FILE) -> Path:
+    """The file that holds `name` (summary.json or previous_summary.json) in `folder`, in whichever stored
+    form it is (folder/name when none is present); ValueError when two forms are present."""
+    from ..packfs import member
+
+    return member(Path(folder), name)
+
+
+def has_summary(folder: Path, name: str = SUMMARY_FILE) -> bool:
+    from ..packfs import stored_forms
+
+    return bool(stored_forms(Path(folder), name))
+
+
+def read_summary(folder: Path, name: str = SUMMARY_FILE) -> dict:
+    """summary.json (or `name`) of a bench folder in its stored form. FileNotFoundError when absent,
+    ValueError (jsonio.JsonFileError) when corrupt, stored twice or not inflatable."""
+    return read_member_json(Path(folder), name)
+
+
+def write_summary(folder: Path, summary: dict, name: str = SUMMARY_FILE) -> Path:
+    """Write `summary` as `name` + STORED_SUFFIX (xz); returns the file written."""
+    path = Path(folder) / f"{name}{STORED_SUFFIX}"
+    write_member_json(path, summary)
+    return path
 
 
 def records_of(summary: dict) -> list[dict]:

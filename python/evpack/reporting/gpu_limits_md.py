@@ -1,0 +1,52 @@
+"""The report's lines on what bounds the GPU's speed besides its name: SKU, power limit (current and default),
+SM and memory clocks (current and max) and the clock event reasons, from env.json (when the run started) and
+bench/gpu_limits.json (before and after the timed shapes). Packs without them get no line."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..jsonio import read_json
+from .markdown import text
+
+_REASONS = "clocks_event_reasons."
+
+
+def _num(v, unit: str) -> str:
+    return "missing" if v is None else (f"{v:g} {unit}" if isinstance(v, (int, float)) else text(v))
+
+
+def _state(g: dict) -> str:
+    v = g.get("values") or {}
+    active = [k[len(_REASONS):] for k, x in v.items() if k.startswith(_REASONS) and k != f"{_REASONS}active"
+              and isinstance(x, str) and x.lower() == "active"]
+    return (f"power limit {_num(v.get('power.limit'), 'W')} (default {_num(v.get('power.default_limit'), 'W')}, "
+            f"enforced {_num(v.get('enforced.power.limit'), 'W')}, max {_num(v.get('power.max_limit'), 'W')}); "
+            f"SM clock {_num(v.get('clocks.sm'), 'MHz')} of {_num(v.get('clocks.max.sm'), 'MHz')}; memory clock "
+            f"{_num(v.get('clocks.mem'), 'MHz')} of {_num(v.get('clocks.max.mem'), 'MHz')}; clock event reasons: "
+            + (text(", ".join(active)) if active else f"none active ({_num(v.get(f'{_REASONS}active'), '')})"))
+
+
+def _first(limits) -> dict | None:
+    gpus = limits.get("gpus") if isinstance(limits, dict) else None
+    return gpus[0] if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict) else None
+
+
+def limit_lines(env: dict, pack_dir: Path) -> list[str]:
+    lines = []
+    smi = env.get("nvidia_smi_query") if isinstance(env, dict) else None
+    g = _first(smi.get("limits")) if isinstance(smi, dict) else None
+    if g:
+        sku = g.get("sku") or {}
+        lines.append("- GPU SKU: " + "; ".join(f"{text(k)} {text(sku.get(k)) if sku.get(k) else 'missing'}"
+                                               for k in ("Product Name", "Product Brand", "Board Part Number",
+                                                         "Max Power Limit")))
+        lines.append(f"- at the start of the run: {_state(g)}")
+    try:
+        bench = read_json(pack_dir / "bench" / "gpu_limits.json")
+    except (OSError, ValueError):
+        return lines
+    for when in ("before", "after"):
+        g = _first(bench.get(when)) if isinstance(bench, dict) else None
+        if g:
+            lines.append(f"- {when} the timed shapes: {_state(g)}")
+    return lines
