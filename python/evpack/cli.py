@@ -78,6 +78,12 @@ def _signer_args(p: argparse.ArgumentParser) -> None:
                    help="reject an unsigned pack (needs --allowed-signers)")
 
 
+def _carried_from_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--carried-from", type=Path, default=None, metavar="DIR",
+                   help="where the packs that this pack's carried cells come from are (a packs folder or the "
+                        "source pack itself; default: the pack's own packs folder)")
+
+
 def _run_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--packs-dir", type=Path, default=DEFAULT_PACKS, help="where packs are written")
     ap.add_argument("--suite", choices=SUITES, default="quick",
@@ -91,6 +97,8 @@ def _run_options(ap: argparse.ArgumentParser) -> None:
                     help="what the exit status requires: complete (default where a CUDA device is present) or "
                          "partial (default where none is)")
     ap.add_argument("--no-verify", action="store_true", help="skip the final verify")
+    ap.add_argument("--fresh", action="store_true",
+                    help="run every cell: carry nothing from the previous complete pack (docs/incremental.md)")
     ap.add_argument("--sign-key", type=Path, default=None,
                     help="OpenSSH private key that signs provenance.json (default: $EVPACK_SIGNING_KEY)")
     ap.add_argument("--baseline", default=None, metavar="REF",
@@ -151,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     _pack_arg(v)
     _signer_args(v)
     v.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
+    _carried_from_arg(v)
     lb = sub.add_parser("label", help="print the pack's labels (after verifying it)",
                         description="Verify a pack (or a merged verdict, see `merge`), then print its labels.",
                         epilog="exit status: 0 printed; 1 the pack does not verify; 2 not a pack / bad input")
@@ -158,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--format", choices=("text", "json", "github", "gh-args"), default="text")
     _signer_args(lb)
     lb.add_argument("--stage-package", default=None, help=argparse.SUPPRESS)
+    _carried_from_arg(lb)
     sg = sub.add_parser("sign", help="sign a finished, verified pack that its run did not sign",
                         description="Verify a pack, then add provenance.json.sig over its provenance.json "
                                     "(ssh-keygen -Y sign -n evpack). Only that file is added; a pack that "
@@ -244,7 +254,8 @@ def cmd_evidence(args, selected) -> int:
                 options["baseline"] = stack.enter_context(
                     prepared_baseline(REPO, spec, build_now=gpu_available()[0]))
             result = run_evidence(REPO, selected=selected, packs_root=args.packs_dir.resolve(), options=options,
-                                  requirement=args.require, stages=args.stage_package, sign_key=key)
+                                  requirement=args.require, stages=args.stage_package, sign_key=key,
+                                  fresh=args.fresh)
     except SigningFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -269,7 +280,7 @@ def cmd_verify(args) -> int:
     if merge_cli.is_merged_verdict(pack):
         return merge_cli.verify(args, pack)
     problems, prov = verify_all(pack, allowed_signers=args.allowed_signers, require_signature=args.require_signature,
-                                stages=args.stage_package)
+                                stages=args.stage_package, carried_from=args.carried_from)
     for p in problems:
         print(f"MISMATCH {p}")
     print(f"provenance: {prov.summary}")
@@ -278,7 +289,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_label(args) -> int:
-    from .labels import format_labels
+    from .labels import carried_note, format_labels
     from .pack import load_pack_record
     from .verify import verify_all
 
@@ -286,13 +297,17 @@ def cmd_label(args) -> int:
     if merge_cli.is_merged_verdict(pack):
         return merge_cli.label(args, pack)
     problems, prov = verify_all(pack, allowed_signers=args.allowed_signers,
-                                require_signature=args.require_signature, stages=args.stage_package)
+                                require_signature=args.require_signature, stages=args.stage_package,
+                                carried_from=args.carried_from)
     if problems:
         print(f"error: {pack.name} does not verify ({len(problems)} mismatch(es), first: {problems[0]}); "
               "its labels are not printed", file=sys.stderr)
         return 1
-    out = format_labels(load_pack_record(pack), args.format, signer=prov.principal)
+    record = load_pack_record(pack)
+    out = format_labels(record, args.format, signer=prov.principal)
     print(f"provenance: {prov.summary}", file=sys.stderr)  # who signed; stdout stays the labels alone
+    if carried_note(record):
+        print(f"incremental: {carried_note(record)}", file=sys.stderr)
     print(out)
     return 0
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -11,7 +12,11 @@ from .attest import SigningFailed, collect_run_facts, write_provenance
 from .derivation import derivation_session, derive_all, final_outcome
 from .envlock import collect_env, python_pin_warning
 from .gitinfo import git_info
+from .incremental import CARRY_STAGES
+from .incremental.carry import CarryError
+from .incremental.run import IncrementalRun
 from .jsonio import read_json, write_json
+from .labels import carried_note
 from .model import PASS
 from .pack import (
     PackError,
@@ -29,6 +34,7 @@ from .reporting import missing_renderer
 from .runner import record_skip, run_stage
 from .signing import load_signing_key
 from .stages.order import DEPENDS_ON, RUN_ORDER, STAGE_ORDER, stage_module, with_dependencies
+from .stages.procs import selected_variants
 from .toolchain import toolchain
 
 log = logging.getLogger("evpack")
@@ -76,12 +82,13 @@ def _skip_reason(name: str, mod, to_run: list[str], outcomes: dict, has_gpu: boo
 
 def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, options: dict,
                  requirement: str | None = None, stages: str | None = None,
-                 gpu: tuple[bool, str] | None = None, sign_key: Path | None = None) -> RunResult:
+                 gpu: tuple[bool, str] | None = None, sign_key: Path | None = None, fresh: bool = False) -> RunResult:
     """Run the stages, write the pack atomically, return where it is and what it decided.
 
     `stages` names a stand-in stage package (tests); `gpu` overrides the CUDA probe (tests);
     `sign_key` signs provenance.json (checked before any stage runs). A signing failure at the end
-    keeps the pack, unsigned, and raises SigningFailed.
+    keeps the pack, unsigned, and raises SigningFailed. Cells of variants whose keys equal the newest complete
+    pack's are carried from it (evpack.incremental) unless `fresh`.
     """
     ensure_writable(packs_root)
     no_renderer = missing_renderer()
@@ -107,6 +114,12 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
     write_json(tmp / "env.json", env)
     has_gpu, no_gpu_reason = gpu if gpu is not None else gpu_available()
     log.info("GPU: %s", f"yes, {env.get('gpu_name')}" if has_gpu else no_gpu_reason)
+    tools = toolchain()
+    facts = {"toolchain": tools, "python": {"version": ".".join(map(str, sys.version_info[:3]))}}
+    inc = IncrementalRun(repo, packs_root, tmp, variants=[v.name for v in selected_variants(options)], fresh=fresh,
+                         exclude=pack_id, stages=stages,
+                         why_not=None if has_gpu and set(CARRY_STAGES) & set(to_run) else
+                         "no GPU stage runs in this pack: nothing to carry")
     t_all = time.monotonic()
     durations: dict[str, float] = {}
     outcomes = {}
@@ -122,7 +135,13 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
             log.info("[%d/%d] %s: running%s (%.0f s since start)", i, n, name,
                      f" (own process, timeout {mod.TIMEOUT_S} s)" if mod.NEEDS_GPU else "",
                      time.monotonic() - t_all)
-            run_stage(name, tmp, repo, options, isolate=mod.NEEDS_GPU, timeout_s=mod.TIMEOUT_S, stages=stages)
+            run_stage(name, tmp, repo, inc.stage_options(name, options, facts), isolate=mod.NEEDS_GPU,
+                      timeout_s=mod.TIMEOUT_S, stages=stages)
+            try:
+                inc.after_stage(name, ran=True)
+            except CarryError as exc:
+                inc.close()
+                raise PackError(f"incremental: {exc}") from exc
         with derivation_session():
             outcomes[name] = final_outcome(name, tmp, stages=stages)
         outcome_file(stage_dir, outcomes[name])
@@ -139,10 +158,11 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
         zero_delta = {"previous_pack": prev.name, "previous_digest": prev_digest,
                       "same": prev_digest == derived.digest}
     pj = pack_json(pack_id=pack_id, created=created.strftime("%Y-%m-%dT%H:%M:%SZ"), git=git,
-                   toolchain=toolchain(), warnings=warnings, options=options, derived=derived,
+                   toolchain=tools, warnings=warnings, options=options, derived=derived,
                    durations=durations, total_s=round(time.monotonic() - t_all, 3), env=env,
                    zero_delta=zero_delta, requirement=requirement)
     pj["signing"] = signer.record() if signer else None
+    pj["incremental"] = inc.record()
     write_json(tmp / "pack.json", pj)
     log.info("rendering report.md, report.html and comment.md")
     _write_reports(tmp)
@@ -151,7 +171,9 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
     final = finalize(tmp, packs_root, pack_id)
     if zero_delta and zero_delta["same"]:
         log.info("zero-delta: content equals pack %s of the same commit (timestamps excluded)", prev.name)
-    log.info("label: %s  (%s)", derived.label, ", ".join(derived.labels))
+    log.info("label: %s  (%s)%s", derived.label, ", ".join(derived.labels),
+             f"; {carried_note(pj)}" if carried_note(pj) else "")
+    log.info("incremental: %s", carried_note(pj) or pj["incremental"]["reason"])
     log.info("pack: %s", final)
     if attest_error:
         raise SigningFailed(f"{attest_error}; the pack is kept, unsigned: {final}", final)

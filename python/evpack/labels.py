@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 
 from .model import ERROR, FAIL, PASS, SKIPPED, LabelDecision
@@ -19,6 +20,7 @@ FINER = {
 }
 PERF_REGRESSION = "perf-regression"
 ALL_LABELS = MAIN_LABELS + tuple(FINER) + (PERF_REGRESSION,)
+_PACK_ID = re.compile(r"[0-9A-Za-z-]{1,80}\Z")
 
 
 def main_label(gate_status: dict[str, str]) -> str:
@@ -67,6 +69,24 @@ def merged_labels(member_labels: list[list[str]], label: str) -> list[str]:
     return labels
 
 
+def _id(value: object) -> str:
+    """A pack id as the label lines may print it (one token of letters, digits and dashes), else a placeholder:
+    these lines go to CI step outputs, where a newline would start another output."""
+    return value if isinstance(value, str) and _PACK_ID.match(value) else "(an invalid pack id)"
+
+
+def carried_note(pack: PackRecord | dict) -> str | None:
+    """'N cells carried from <pack id>[, <pack id>]' for a pack that carried cells (evpack.incremental), else
+    None. The label itself never depends on it: a carried cell was verified in its source pack, and `verify`
+    checks the chain."""
+    inc = pack.get("incremental")
+    carried = inc.get("carried") if isinstance(inc, dict) else None
+    if not isinstance(carried, list) or not carried:
+        return None
+    sources = sorted({_id(c.get("source_pack")) for c in carried if isinstance(c, dict)})
+    return f"{len(carried)} cell{'s' if len(carried) != 1 else ''} carried from {', '.join(sources)}"
+
+
 def gh_args(labels: list[str]) -> list[str]:
     """Arguments for `gh pr edit`: add the pack's labels, remove every other label this tool owns."""
     args: list[str] = []
@@ -84,18 +104,28 @@ def format_labels(pack: PackRecord | dict, fmt: str, *, signer: str | None = Non
     if isinstance(pack, dict):
         pack = PackRecord.from_json(pack)
     label, labels = pack.label, pack.labels
+    note = carried_note(pack)
     if fmt == "text":
         return "\n".join(labels)
     if fmt == "json":
-        return json.dumps({"pack_id": pack.pack_id, "label": label, "labels": labels, "signer": signer,
-                           "gates": pack.gate_statuses()}, indent=2)
+        record = {"pack_id": pack.pack_id, "label": label, "labels": labels, "signer": signer,
+                  "gates": pack.gate_statuses()}
+        if note:  # only packs that carried cells say so: the output for every other pack is as before
+            carried = pack.get("incremental")["carried"]
+            record["carried"] = {"cells": len(carried), "note": note,
+                                 "source_packs": sorted({_id(c.get("source_pack")) for c in carried
+                                                         if isinstance(c, dict)})}
+        return json.dumps(record, indent=2)
     if fmt == "gh-args":
         return " ".join(shlex.quote(a) for a in gh_args(labels))
     if fmt == "github":
         lines = [f"label={label}", f"labels={','.join(labels)}", f"signer={signer or ''}"]
+        if note:
+            lines.append(f"carried={note}")
         _append_to("GITHUB_OUTPUT", "\n".join(lines) + "\n")
         _append_to("GITHUB_STEP_SUMMARY", "".join(
-            [f"### Evidence pack `{pack.pack_id}`: **{label}**\n\n", "| gate | status | reason |\n|---|---|---|\n"]
+            [f"### Evidence pack `{pack.pack_id}`: **{label}**\n\n"] + ([f"{note}\n\n"] if note else [])
+            + ["| gate | status | reason |\n|---|---|---|\n"]
             + [f"| {g} | {v.status} | {v.reason} |\n" for g, v in pack.gates.items()]))
         return "\n".join(lines)
     raise ValueError(f"--format must be one of text, json, github, gh-args; got {fmt!r}")

@@ -9,7 +9,9 @@ What is compared (the pack format is a public API, so prose never is):
 - each stage's status and the numbers/decision fields of its data (prose keys dropped) against
   both `<stage>/outcome.json` and `pack.json`;
 - each gate's status, the label and the finer labels against what the re-derived gates give;
-- the gates a pack of its schema version must hold, and the files each stage that ran must hold.
+- the gates a pack of its schema version must hold, and the files each stage that ran must hold;
+- for a pack that carried cells from earlier packs (pack.json `incremental`), the chain: each source pack
+  found and verified, every carried file and key equal to the source's (incremental/chain.py).
 Reasons, report.md, report.html and comment.md are views: covered by the hashes, re-rendered on
 demand by `report --out`, never compared as text.
 
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from .binary import sha256_file
 from .derivation import LOG_FILE, RUNNER_FILE, decision_view, derive_all, view_differences
+from .incremental.chain import check_incremental
 from .jsonio import read_json
 from .model import FAIL, KNOWN_SCHEMAS, PASS, UNINDEXED_FILES, ModelError, StageOutcome
 from .pack import PackError, stage_names_of
@@ -243,11 +246,14 @@ def pack_folder(pack_dir: Path) -> Path:
     return pack_dir.resolve()
 
 
-def verify_pack(pack_dir: Path, *, stages: str | None = None) -> list[str]:
+def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path | None = None,
+                _depth: int = 0, _seen: dict | None = None) -> list[str]:
     """Mismatches (empty when the pack verifies). Raises PackError when it is not a pack at all.
     A pack holding an entry no reader may open, or a record naming a path out of its folder, is
-    reported without reading or deriving anything more."""
+    reported without reading or deriving anything more. `carried_from`: the folder that holds the packs
+    this pack's carried cells come from (default: the pack's own packs folder)."""
     pack_dir = pack_folder(pack_dir)
+    seen = {} if _seen is None else _seen  # source packs verified in this call: each once
     listing = scan(pack_dir)
     problems = check_index(pack_dir, listing)
     if listing.unsafe:
@@ -300,6 +306,17 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None) -> list[str]:
     if isinstance(zd, ZeroDelta) and (zd.same if zd.same is not ABSENT else None) != (
             (zd.previous_digest if zd.previous_digest is not ABSENT else None) == pj.get("content_digest")):
         problems.append("zero_delta.same contradicts the digests")
+
+    def verify_source(src: Path, depth: int) -> list[str]:
+        key = src.resolve()
+        if key not in seen:
+            try:
+                seen[key] = verify_pack(src, stages=stages, carried_from=carried_from, _depth=depth, _seen=seen)
+            except PackError as exc:
+                seen[key] = [str(exc)]
+        return seen[key]
+
+    problems += check_incremental(pack_dir, pj, verify_source, carried_from=carried_from, depth=_depth)
     return problems
 
 
@@ -314,7 +331,7 @@ def verify_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
 
 
 def verify_all(pack_dir: Path, *, allowed_signers: Path | None = None, require_signature: bool = False,
-               stages: str | None = None) -> tuple[list[str], ProvenanceCheck]:
+               stages: str | None = None, carried_from: Path | None = None) -> tuple[list[str], ProvenanceCheck]:
     """Everything `verify` checks: the pack's consistency and its provenance statement (and signature).
     Bad signing options (an unreadable allowed-signers file, ...) raise before the pack is read; a pack
     holding an entry no reader may open (a symlink, a named pipe, ...) is reported before any of its
@@ -325,4 +342,4 @@ def verify_all(pack_dir: Path, *, allowed_signers: Path | None = None, require_s
         return list(unsafe), ProvenanceCheck(UNCHECKED, (), None, None,
                                              "not checked: the pack holds entries that are not opened")
     prov = verify_provenance(pack_dir, allowed_signers=allowed_signers, require_signature=require_signature)
-    return verify_pack(pack_dir, stages=stages) + list(prov.problems), prov
+    return verify_pack(pack_dir, stages=stages, carried_from=carried_from) + list(prov.problems), prov

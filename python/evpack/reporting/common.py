@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..jsonio import read_json
+from ..labels import carried_note
 from ..model import StageOutcome
 from ..provenance import PROVENANCE_FILE, SIGNATURE_FILE
 from ..records.migrations import read_pack_view
@@ -61,7 +62,9 @@ def gate_table(pj: PackRecord, reason_limit: int | None = None) -> list[str]:
 
 
 def labels_line(pj: PackRecord) -> str:
-    return "Labels: " + ", ".join(code(x) for x in pj.labels)
+    """'Labels: ...', and for a pack that carried cells from an earlier one, how many and from where."""
+    note = carried_note(pj)
+    return "Labels: " + ", ".join(code(x) for x in pj.labels) + (f" · {text(note)}" if note else "")
 
 
 def headline(view: PackView) -> list[str]:

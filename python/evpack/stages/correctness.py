@@ -27,7 +27,7 @@ from ..records.canary import OBSERVED_FIRST, CanaryRecord
 from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .canaries import pack_schema
-from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants
+from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, variants_to_run
 
 NAME = "correctness"
 NEEDS_GPU = True
@@ -90,7 +90,7 @@ def run(ctx: StageContext) -> None:
     seed = secrets.randbits(32)
     write_json(ctx.dir / SHORTCUT_FILE, {"generator": SHORTCUT_GENERATOR, "seed": seed,
                                          "cases": shortcut_cases(seed)})
-    jobs = oracle_jobs(ctx.repo, ctx.dir, [v.name for v in selected_variants(ctx.options)], CANARIES, seed)
+    jobs = oracle_jobs(ctx.repo, ctx.dir, [v.name for v in variants_to_run(ctx)], CANARIES, seed)
     run_jobs(jobs, ctx.dir, ctx.repo, gpus=ctx.options.get("gpus"))
     record_binary(ctx.dir, [ctx.dir / f"{j.name}.json" for j in jobs if j.name not in CANARIES])
     for j in jobs:

@@ -164,3 +164,10 @@ def selected_variants(options: dict):
 
     want = options.get("variants")
     return [v for v in registry.VARIANTS if not want or v.name in want]
+
+
+def variants_to_run(ctx):
+    """The selected variants whose cells this stage runs: all but those an incremental run carries from an
+    earlier pack (options["carry"] = {stage: [variant, ...]}, evpack.incremental)."""
+    carried = set((ctx.options.get("carry") or {}).get(ctx.dir.name, ()))
+    return [v for v in selected_variants(ctx.options) if v.name not in carried]

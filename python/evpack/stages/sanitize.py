@@ -11,7 +11,7 @@ from ..records.canary import CanaryRecord
 from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from ..tools import find_tool
 from .base import ERROR, PASS, StageContext, StageOutcome, read_json, worst, write_json
-from .procs import Job, oracle_cmd, run_jobs, selected_variants
+from .procs import Job, oracle_cmd, run_jobs, selected_variants, variants_to_run
 
 NAME = "sanitize"
 NEEDS_GPU = True
@@ -53,7 +53,7 @@ def run(ctx: StageContext) -> None:
         write_json(ctx.dir / "missing_tool.json", {"tool": "compute-sanitizer", "found": False})
         return
     jobs = []
-    for v in selected_variants(ctx.options):
+    for v in variants_to_run(ctx):
         for cfg in v.configs:
             for tool in TOOLS:
                 bin_out = ctx.dir / "binary.json" if not jobs else None

@@ -23,7 +23,7 @@ from ..records.canary import OBSERVED_FIRST, CanaryRecord
 from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst
 from .canaries import pack_schema
-from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants
+from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, variants_to_run
 
 NAME = "stability"
 NEEDS_GPU = True
@@ -41,7 +41,7 @@ LAUNCHES = 1000
 
 
 def run(ctx: StageContext) -> None:
-    jobs = oracle_jobs(ctx.repo, ctx.dir, [v.name for v in selected_variants(ctx.options)], CANARIES)
+    jobs = oracle_jobs(ctx.repo, ctx.dir, [v.name for v in variants_to_run(ctx)], CANARIES)
     run_jobs(jobs, ctx.dir, ctx.repo, gpus=ctx.options.get("gpus"))
     record_binary(ctx.dir, [ctx.dir / f"{j.name}.json" for j in jobs if j.name not in CANARIES])
 

@@ -18,7 +18,7 @@ from ..records.canary import OBSERVED_FIRST, CanaryRecord
 from ..reporting.markdown import text  # report_md: every pack value escaped
 from ..tools import find_tool
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
-from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants
+from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, variants_to_run
 
 NAME = "tensor_proof"
 NEEDS_GPU = True
@@ -39,7 +39,7 @@ def run(ctx: StageContext) -> None:
         write_json(ctx.dir / "missing_tool.json", {"tool": "ncu", "found": False})
         return
     jobs = []
-    for name in [v.name for v in selected_variants(ctx.options)] + list(CANARIES):
+    for name in [v.name for v in variants_to_run(ctx)] + list(CANARIES):
         # no kernel-name filter: every kernel launched during the calls is profiled
         cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(METRICS),
                "--csv", "--print-kernel-base", "mangled",
