@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from evpack import attest, derivation, pack
+from evpack.records.pack import PackRecord
 from evpack.jsonio import read_json, write_json
 from evpack.model import StageOutcome
 from evpack.packfs import read_stored, write_stored
@@ -47,7 +48,7 @@ def restore(pack_dir: Path) -> None:
 
 def rederive(pack_dir: Path) -> None:
     pj = read_json(pack_dir / "pack.json")
-    derived = derivation.derive_all(pack_dir, pack.stage_names_of(pj))
+    derived = derivation.derive_all(pack_dir, pack.stage_names_of(PackRecord.from_json(pj)))
     for name, out in derived.stages.items():
         stored = read_json(pack_dir / name / "outcome.json")
         pack.outcome_file(pack_dir / name, StageOutcome(out.status, stored.get("reason", out.reason),

@@ -138,8 +138,10 @@ def test_a_change_of_one_key_part_reruns_only_that_stage_and_variant(chain):
     got = {(c.stage, c.variant) for c in plan.carried}
     # scalar stays carried where nothing changed; in no stage are both variants carried
     assert ("sanitize", "scalar") not in got and ("stability", "scalar") not in got
-    assert {("tensor_proof", "scalar"), ("correctness", "scalar")} <= got or \
-        {("tensor_proof", "wmma"), ("correctness", "wmma")} <= got
+    # where nothing changed one variant is carried; which one is the stage's cheapest cell in the source pack,
+    # which depends on the stand-in cells' measured durations, so it may differ from stage to stage
+    for stage in ("tensor_proof", "correctness"):
+        assert len({v for s, v in got if s == stage}) == 1, (stage, got)
     for stage in CARRY_STAGES:
         assert len({v for s, v in got if s == stage}) <= 1
 

@@ -42,7 +42,7 @@ def _order(text: str, *needles: str) -> None:
 def test_renderer_pins_match_pyproject():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     for group in (project["dependencies"], project["optional-dependencies"]["cpu"]):
-        pins = dict(d.split("==") for d in group if "==" in d)
+        pins = dict(d.split(";")[0].strip().split("==") for d in group if "==" in d)  # "name==v; marker"
         for dist, version in RENDERER_PINS.items():
             assert pins.get(dist) == version, (dist, version, group)
     package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]

@@ -316,7 +316,7 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
                 seen[key] = [str(exc)]
         return seen[key]
 
-    problems += check_incremental(pack_dir, pj, verify_source, carried_from=carried_from, depth=_depth)
+    problems += check_incremental(pack_dir, pj.to_json(), verify_source, carried_from=carried_from, depth=_depth)
     return problems
 
 

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from .. import registry
 
-# the files one cell writes into its stage folder besides its procs.json entry (those that exist)
-CELL_SUFFIXES = (".log", ".json", ".manifest.json")
+# the files one cell writes into its stage folder besides its procs.json entry (those that exist; a result
+# over packfs's size threshold is stored as <cell>.json.xz)
+CELL_SUFFIXES = (".log", ".json", ".json.xz", ".manifest.json")
 
 
 def cell_variant(stage: str, cell: str) -> str:

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import zlib
 from pathlib import Path
 
 from ..jsonio import read_json
-from ..packfs import plain_name, read_gzip
+from ..packfs import plain_name, read_stored
 from ..parsers.ptxas import PtxasParseError, parse_ptxas
 from ..parsers.sass import SassParseError, parse_sass
 from ..parsers.symbols import parse_symbol
@@ -51,8 +50,8 @@ def _dump_text(pack_dir: Path) -> str:
         raise KeysUnavailable(f"sass/run.json names no dump of {MODULE}")
     path = pack_dir / "sass" / entry["dump"]
     try:
-        data = read_gzip(path) if path.suffix == ".gz" else path.read_bytes()
-    except (OSError, EOFError, ValueError, zlib.error) as exc:
+        data = read_stored(path)  # .xz (packs of now), .gz (older packs) or plain
+    except (OSError, ValueError) as exc:
         raise KeysUnavailable(f"sass/{entry['dump']} unreadable ({exc})") from None
     return data.decode("utf-8", errors="replace")
 
