@@ -13,8 +13,8 @@ Strides come divided by 8 (the binding requires every stepped-over stride to be 
 elements): multiplying by 8 here tells Triton's alignment analysis that every row starts on 16 bytes,
 so K/V/Q loads are 16-byte vectors, with no claim the binding does not check.
 
-Design: Q tile in registers for the whole loop; per K/V tile S = Q K^T on tensor cores (tl.dot,
-fp32 accumulation), online softmax in fp32 with exp2 (log2(e) folded into the scale), P cast to the
+Design: Q tile in registers for the whole loop; per K/V tile S = Q K^T on tensor cores (tl.dot of q and
+the transposed view of the K tile, loaded as it lies in memory: (BLOCK_N, HEAD_DIM) rows; fp32 accumulation), online softmax in fp32 with exp2 (log2(e) folded into the scale), P cast to the
 input type, O += P V (fp32 accumulator). The key tiles are walked in two loops: the full tiles
 (every key < seqlen and, causal, every key <= every query row of the CTA) with no mask at all, then
 the few boundary tiles (the diagonal, the ragged end of S) with the key mask.
@@ -33,10 +33,10 @@ def _tile(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, seqlen, qk_
     """One K/V tile of the online softmax: returns the updated (acc, m_i, l_i)."""
     if MASKED:
         keys = start_n + offs_n  # (BLOCK_N,)
-        k = tl.load(k_ptrs, mask=keys[None, :] < seqlen, other=0.0)  # (HEAD_DIM, BLOCK_N)
+        k = tl.load(k_ptrs, mask=keys[:, None] < seqlen, other=0.0)  # (BLOCK_N, HEAD_DIM)
     else:
-        k = tl.load(k_ptrs)  # (HEAD_DIM, BLOCK_N)
-    qk = tl.dot(q, k)  # (BLOCK_M, BLOCK_N) fp32
+        k = tl.load(k_ptrs)  # (BLOCK_N, HEAD_DIM)
+    qk = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N) fp32
     if MASKED:
         keep = (keys[None, :] < seqlen) & ((offs_m[:, None] >= keys[None, :]) | (causal == 0))
         qk = tl.where(keep, qk * qk_scale, float("-inf"))
@@ -79,7 +79,7 @@ def fwd_kernel(Q, K, V, O,  # noqa: E741 (the interface names the output O)
     offs_d = tl.arange(0, HEAD_DIM)  # (HEAD_DIM,)
     q = tl.load(gQ + offs_m[:, None] * (stride_qm8 * 8) + offs_d[None, :], mask=offs_m[:, None] < seqlen,
                 other=0.0)  # (BLOCK_M, HEAD_DIM)
-    k_ptrs = gK + offs_n[None, :] * (stride_kn8 * 8) + offs_d[:, None]  # (HEAD_DIM, BLOCK_N): K^T
+    k_ptrs = gK + offs_n[:, None] * (stride_kn8 * 8) + offs_d[None, :]  # (BLOCK_N, HEAD_DIM): K rows
     v_ptrs = gV + offs_n[:, None] * (stride_vn8 * 8) + offs_d[None, :]  # (BLOCK_N, HEAD_DIM)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running row max (log2 units)
