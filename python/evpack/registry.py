@@ -155,17 +155,17 @@ VARIANTS: tuple[Variant, ...] = (
         name="triton",
         kind="tensor",
         source="csrc/triton/flash_fwd.py",
-        # 128-row Q tiles divide S=512 and give each of the 8 warps (2 warpgroups on sm_90a) 16 rows;
-        # m128n64w8s3: 64-key tiles, 3-deep K/V pipeline (64 KB smem at D=64, 128 KB at D=128); m128n128w8s2:
-        # 128-key tiles, half the loop trips (80 KB at D=64, 160 KB at D=128): Triton 3.7.1's metadata for
-        # sm_90a, within its 227 KB per-block limit, 124-255 registers, no spills. Timing: bench/NOTES.md.
-        configs=(_cfg(128, 64, 8, 3), _cfg(128, 128, 8, 2)),
+        # Chosen by a same-run sweep on an H200 (2026-11-24, Triton 3.6.0; bench/NOTES.md "Triton variant"):
+        # m128n64w8s3 (128-row Q tiles, 64-key tiles, 3-deep K/V pipeline, 8 warps) is the fastest at D=64
+        # non-causal; m64n64w4s3 (64-row tiles, 4 warps) at D=64 causal and at D=128. The 128-key configs
+        # were slower at every shape and left. sm_90a metadata (Triton 3.7.1): no spills.
+        configs=(_cfg(128, 64, 8, 3), _cfg(64, 64, 4, 3)),
         description="FlashAttention-2 design in Triton: Q tile in registers, tl.dot (fp32 accumulation) for "
         "Q.K^T and P.V, online exp2 softmax in fp32, unmasked full tiles then masked boundary tiles; "
         "compiled ahead of time, the cubins embedded in the extension",
-        # sm_90a only: on sm_80/sm_89 both configs spill at D=128 (ptxas via Triton 3.7.1, 255 registers:
-        # m128n64w8s3 96/64 B, m128n128w8s2 224/288 B spill stores+loads) and the PTXAS gate fails them;
-        # those archs need configs of their own (64-row tiles or 4 warps), not registered yet.
+        # sm_90a only: on sm_80/sm_89 the 128-row config spills at D=128 (ptxas via Triton 3.7.1, 255
+        # registers, 96/64 B spill stores+loads) and the PTXAS gate would fail it; those archs need configs
+        # of their own, not registered yet.
         archs=("90a",),
         language="triton",
     ),
