@@ -206,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--pack", type=Path, required=True)
     rs.add_argument("--options", default="{}")
     rs.add_argument("--stage-package", default=None)
+    rs.add_argument("--slots", type=Path, default=None)  # the scheduler's shared GPU slot pool
     bs = sub.add_parser("_bench-shard")  # internal: one GPU's process of a sharded benchmark (not listed)
     bs.add_argument("--pack", type=Path, required=True)
     bs.add_argument("--dir", type=Path, required=True)
@@ -484,7 +485,8 @@ def dispatch(args) -> int:
     if args.cmd == "_run-stage":
         from .runner import run_inline
 
-        run_inline(args.stage, args.pack, REPO, json.loads(args.options), stages=args.stage_package)
+        run_inline(args.stage, args.pack, REPO, json.loads(args.options), stages=args.stage_package,
+                   slots=args.slots)
         return 0
     if args.cmd == "merge":
         return merge_cli.merge(args, [resolve_pack(p) for p in args.packs])

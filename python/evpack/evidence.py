@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -27,8 +29,10 @@ from .pack import (
 )
 from .reporting import missing_renderer
 from .runner import record_skip, run_stage
+from .schedule import run_schedule, schedule_mode, slots_per_gpu
 from .signing import load_signing_key
-from .stages.order import DEPENDS_ON, RUN_ORDER, STAGE_ORDER, stage_module, with_dependencies
+from .stages.order import RUN_ORDER, STAGE_ORDER, StageSpec, stage_spec, with_dependencies
+from .stages.procs import SlotPool
 from .toolchain import toolchain
 
 log = logging.getLogger("evpack")
@@ -40,6 +44,7 @@ class RunResult:
     label: str
     labels: tuple[str, ...]
     has_gpu: bool
+    wall_s: float = 0.0  # start to pack.json (pack.json -> timings.wall_s)
 
 
 def previous_with_bench(packs_root: Path) -> Path | None:
@@ -63,13 +68,14 @@ def gpu_available() -> tuple[bool, str]:
     return True, ""
 
 
-def _skip_reason(name: str, mod, to_run: list[str], outcomes: dict, has_gpu: bool, no_gpu_reason: str) -> str | None:
+def _skip_reason(spec: StageSpec, to_run: list[str], outcomes: dict, has_gpu: bool, no_gpu_reason: str) -> str | None:
+    name = spec.name
     if name not in to_run:
         return "not selected for this run"
-    blocked = [d for d in DEPENDS_ON[name] if d in outcomes and outcomes[d].status != PASS and name != "canaries"]
+    blocked = [d for d in spec.depends_on if d in outcomes and outcomes[d].status != PASS and name != "canaries"]
     if blocked:
         return "needs " + ", ".join(f"{d} ({outcomes[d].status})" for d in blocked)
-    if mod.NEEDS_GPU and not has_gpu:
+    if spec.needs_gpu and not has_gpu:
         return no_gpu_reason
     return None
 
@@ -83,7 +89,14 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
     `sign_key` signs provenance.json (checked before any stage runs). A signing failure at the end
     keeps the pack, unsigned, and raises SigningFailed.
     """
+    t_start = time.monotonic()
     ensure_writable(packs_root)
+    try:  # how stages are placed (never what they check): before any work
+        mode = schedule_mode(os.environ.get("EVPACK_SCHEDULE"))
+        gpus = options.get("gpus")
+        per_gpu = slots_per_gpu(os.environ.get("EVPACK_GPU_SLOTS"), len(gpus) if gpus else 1, os.cpu_count() or 1)
+    except ValueError as exc:
+        raise PackError(str(exc)) from None
     no_renderer = missing_renderer()
     if no_renderer:
         raise PackError(no_renderer)
@@ -108,27 +121,42 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
     has_gpu, no_gpu_reason = gpu if gpu is not None else gpu_available()
     log.info("GPU: %s", f"yes, {env.get('gpu_name')}" if has_gpu else no_gpu_reason)
     t_all = time.monotonic()
-    durations: dict[str, float] = {}
-    outcomes = {}
-    n = len(STAGE_ORDER)
-    for i, name in enumerate(RUN_ORDER, 1):  # canaries last: they read every stage's catch
-        mod = stage_module(name, stages)
-        stage_dir = tmp / name
-        t0 = time.monotonic()
-        why_skip = _skip_reason(name, mod, to_run, outcomes, has_gpu, no_gpu_reason)
-        if why_skip:
-            record_skip(stage_dir, name, why_skip)
-        else:
-            log.info("[%d/%d] %s: running%s (%.0f s since start)", i, n, name,
-                     f" (own process, timeout {mod.TIMEOUT_S} s)" if mod.NEEDS_GPU else "",
-                     time.monotonic() - t_all)
-            run_stage(name, tmp, repo, options, isolate=mod.NEEDS_GPU, timeout_s=mod.TIMEOUT_S, stages=stages)
-        with derivation_session():
-            outcomes[name] = final_outcome(name, tmp, stages=stages)
-        outcome_file(stage_dir, outcomes[name])
-        durations[name] = round(time.monotonic() - t0, 3)
-        log.info("[%d/%d] %s: %s (%.1f s) - %s", i, n, name, outcomes[name].status, durations[name],
-                 outcomes[name].reason)
+    specs = [stage_spec(name, stages) for name in RUN_ORDER]  # canaries last: they read every stage's catch
+    by_name = {s.name: s for s in specs}
+    # One derivation session for the whole run: each stage is derived once, when it concludes, and the
+    # gates, pack.json and the reports take those outcomes (derive_all below reads the memo).
+    with tempfile.TemporaryDirectory(prefix="evpack-slots-", ignore_cleanup_errors=True) as slot_dir, derivation_session():
+        pool = SlotPool(Path(slot_dir), per_gpu, tuple(gpus) if gpus else None)
+        pool.write()
+        log.info("schedule: %s; %d cell slots per GPU shared by the GPU checks", mode, per_gpu)
+
+        def execute(name: str) -> None:
+            spec = by_name[name]
+            run_stage(name, tmp, repo, options, isolate=spec.needs_gpu, timeout_s=spec.timeout_s, stages=stages,
+                      slots=pool.dir)
+
+        def conclude(name: str):
+            out = final_outcome(name, tmp, stages=stages)
+            outcome_file(tmp / name, out)
+            return out
+
+        sched = run_schedule(
+            specs, execute=execute, conclude=conclude, overlap=mode == "overlapped", cells=pool.progress,
+            skip=lambda name, why: record_skip(tmp / name, name, why),
+            skip_reason=lambda name, done: _skip_reason(by_name[name], to_run, done, has_gpu, no_gpu_reason))
+        durations = {n: sched.times[n].duration_s for n in RUN_ORDER}
+        result = _assemble(tmp, packs_root, pack_id, git=git, created=created, warnings=warnings, options=options,
+                           env=env, has_gpu=has_gpu, requirement=requirement, stages=stages, signer=signer,
+                           run_facts=run_facts, durations=durations, total_s=round(time.monotonic() - t_all, 3),
+                           timings={"mode": sched.mode,
+                                    "stages": {n: sched.times[n].to_json() for n in RUN_ORDER}},
+                           t_start=t_start)
+    return result
+
+
+def _assemble(tmp: Path, packs_root: Path, pack_id: str, *, git, created, warnings, options, env, has_gpu,
+              requirement, stages, signer, run_facts, durations, total_s, timings, t_start) -> RunResult:
+    """Gates, labels, pack.json, reports, index, provenance; the pack renamed into place."""
     requirement = requirement or ("complete" if has_gpu else "partial")
     log.info("deriving gates and labels from the pack's files")
     derived = derive_all(tmp, STAGE_ORDER, stages=stages)
@@ -140,8 +168,10 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
                       "same": prev_digest == derived.digest}
     pj = pack_json(pack_id=pack_id, created=created.strftime("%Y-%m-%dT%H:%M:%SZ"), git=git,
                    toolchain=toolchain(), warnings=warnings, options=options, derived=derived,
-                   durations=durations, total_s=round(time.monotonic() - t_all, 3), env=env,
+                   durations=durations, total_s=total_s, env=env,
                    zero_delta=zero_delta, requirement=requirement)
+    wall_s = round(time.monotonic() - t_start, 3)
+    pj["timings"] = dict(pj.get("timings") or {}, **timings, wall_s=wall_s)
     pj["signing"] = signer.record() if signer else None
     write_json(tmp / "pack.json", pj)
     log.info("rendering report.md, report.html and comment.md")
@@ -157,7 +187,7 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
         raise SigningFailed(f"{attest_error}; the pack is kept, unsigned: {final}", final)
     log.info("provenance: %s", f"signed with {signer.key_type} key {signer.fingerprint}" if signer
              else "unsigned (no --sign-key)")
-    return RunResult(final, derived.label, tuple(derived.labels), has_gpu)
+    return RunResult(final, derived.label, tuple(derived.labels), has_gpu, wall_s)
 
 
 def _write_reports(pack_dir: Path) -> None:

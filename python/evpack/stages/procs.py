@@ -1,6 +1,13 @@
-"""One process per cell: the GPU stages' isolation unit (a crash or hang loses one cell, not the stage)."""
+"""One process per cell: the GPU stages' isolation unit (a crash or hang loses one cell, not the stage).
+
+Cells of stages that run at the same time share one pool of slots per GPU (`SlotPool`): a slot is a lock
+file (fcntl.flock) in a folder outside the pack that the scheduler makes, so the stages' own processes
+need no broker, and a process that dies releases its slots with it.
+"""
 from __future__ import annotations
 
+import fcntl
+import json
 import logging
 import os
 import queue
@@ -25,6 +32,71 @@ class Job:
     cmd: list[str]
     timeout_s: int
     env: dict[str, str] = field(default_factory=dict)
+    est_s: float = 0.0  # expected seconds: a pool runs the longest first (ties keep list order)
+
+
+POOL_FILE = "pool.json"
+
+
+@dataclass(frozen=True)
+class SlotPool:
+    """`per_gpu` slots per GPU shared by every stage process given this folder (see module docstring).
+    `gpus`: the run's options["gpus"] (None: one unnamed default device)."""
+    dir: Path
+    per_gpu: int
+    gpus: tuple | None = None
+
+    def write(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "progress").mkdir(exist_ok=True)
+        (self.dir / POOL_FILE).write_text(json.dumps({"per_gpu": self.per_gpu, "gpus": self.gpus}), encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> SlotPool:
+        rec = json.loads((Path(folder) / POOL_FILE).read_text(encoding="utf-8"))
+        return cls(Path(folder), int(rec["per_gpu"]), tuple(rec["gpus"]) if rec.get("gpus") else None)
+
+    @property
+    def size(self) -> int:
+        return self.per_gpu * (len(self.gpus) if self.gpus else 1)
+
+    def slots(self) -> list[tuple[dict | None, int]]:
+        """(gpu, slot number) for every slot, slot 0 of each GPU first (cells spread over the GPUs)."""
+        gpus = list(self.gpus) if self.gpus else [None]
+        return [(g, k) for k in range(self.per_gpu) for g in gpus]
+
+    def acquire(self, poll_s: float = 0.1) -> tuple[dict | None, int, object]:
+        """Block until a slot is free; returns (gpu, slot, handle); pass the handle to release()."""
+        while True:
+            for gpu, k in self.slots():
+                f = open(self.dir / f"gpu{'-' if gpu is None else gpu['index']}.slot{k}.lock", "a")  # noqa: SIM115
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    f.close()
+                    continue
+                return gpu, k, f
+            time.sleep(poll_s)
+
+    @staticmethod
+    def release(handle) -> None:
+        handle.close()  # closing the file releases its flock
+
+    def report(self, stage: str, done: int, total: int) -> None:
+        """Cells done of total for the scheduler's progress line (in the pool folder, never the pack)."""
+        tmp = self.dir / "progress" / f".{stage}.tmp"
+        tmp.write_text(json.dumps({"done": done, "total": total}), encoding="utf-8")
+        tmp.replace(self.dir / "progress" / f"{stage}.json")
+
+    def progress(self) -> dict[str, tuple[int, int]]:
+        out = {}
+        for p in sorted((self.dir / "progress").glob("*.json")):
+            try:
+                rec = json.loads(p.read_text(encoding="utf-8"))
+                out[p.stem] = (int(rec["done"]), int(rec["total"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return out
 
 
 def oracle_cmd(repo: Path, program: str, *args: str) -> list[str]:
@@ -89,29 +161,49 @@ def gpu_slots(gpus: list[dict] | None, parallel: int) -> list[dict | None]:
     return [g for g in gpus for _ in range(per)] if gpus else [None] * per
 
 
-def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int = 1,
-             gpus: list[dict] | None = None) -> dict:
-    """Run jobs on a pool, record procs.json; returns {name: record}.
+def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int | None = 1,
+             gpus: list[dict] | None = None, pool: SlotPool | None = None) -> dict:
+    """Run jobs on a pool, record procs.json; returns {name: record} (in the jobs' order).
 
     Without `gpus`: up to `parallel` cells at a time on the process's default device. With `gpus`
     (options["gpus"]: several GPUs, or --gpus): `parallel` slots per GPU; a cell takes a free slot,
     runs with CUDA_VISIBLE_DEVICES set to that GPU's UUID, and its record names the GPU (index, UUID).
-    Cells are handed out in list order, so a list with the longest cells first balances best.
+    With `pool` (the scheduler's shared slots): every cell holds one of the pool's slots while it runs,
+    so stages running at the same time share the GPUs; `parallel` (per GPU) then caps this stage's own
+    cells, None for no cap of its own. Cells start longest first (Job.est_s; ties keep list order).
     Logs one progress line per finished cell: cells done of total, elapsed, an estimate of the rest.
     """
     records: dict[str, dict] = {}
     t0, done, lock = time.monotonic(), [0], threading.Lock()
-    slots = gpu_slots(gpus, parallel)
-    free: queue.SimpleQueue = queue.SimpleQueue()
-    for slot in slots:
-        free.put(slot)
+    order = sorted(jobs, key=lambda j: -j.est_s)
+    stage = stage_dir.name
+    if pool is not None:
+        cap = pool.size if parallel is None else max(1, parallel) * (len(pool.gpus) if pool.gpus else 1)
+        workers = max(1, min(cap, pool.size, len(jobs)))
+        pool.report(stage, 0, len(jobs))
+    else:
+        slots = gpu_slots(gpus, parallel or 1)
+        workers = len(slots)
+        free: queue.SimpleQueue = queue.SimpleQueue()
+        for slot in slots:
+            free.put(slot)
 
     def go(job: Job) -> tuple[str, dict]:
-        gpu = free.get()
-        try:
-            rec = _run_one(job, stage_dir, repo, gpu)
-        finally:
-            free.put(gpu)
+        start = time.monotonic() - t0
+        if pool is not None:
+            gpu, k, handle = pool.acquire()
+            try:
+                rec = _run_one(job, stage_dir, repo, gpu)
+            finally:
+                pool.release(handle)
+            rec["slot"] = {"gpu": None if gpu is None else gpu["index"], "slot": k}
+        else:
+            gpu = free.get()
+            try:
+                rec = _run_one(job, stage_dir, repo, gpu)
+            finally:
+                free.put(gpu)
+        rec["start_s"], rec["end_s"] = round(start, 2), round(time.monotonic() - t0, 2)
         state = "timed out" if rec["timed_out"] else f"rc={rec['returncode']}"
         where = f" on GPU {gpu['index']}" if gpu is not None else ""
         with lock:
@@ -120,13 +212,21 @@ def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int = 1,
             left = elapsed / done[0] * (len(jobs) - done[0])
             log.info("    [%d/%d] %s%s: %s (%.1f s); %.0f s elapsed, ~%.0f s left", done[0], len(jobs), job.name,
                      where, state, rec["duration_s"], elapsed, left)
+            if pool is not None:
+                pool.report(stage, done[0], len(jobs))
         return job.name, rec
 
-    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
-        for name, rec in pool.map(go, jobs):
-            records[name] = rec
+    with ThreadPoolExecutor(max_workers=workers) as pool_threads:
+        ran = dict(pool_threads.map(go, order))
+    for job in jobs:  # procs.json keeps the stage's own order of cells, whatever order they ran in
+        records[job.name] = ran[job.name]
     write_json(stage_dir / PROCS_FILE, records)
     return records
+
+
+def stage_pool(ctx) -> SlotPool | None:
+    """The shared slot pool of a scheduled run (StageContext.slots), None outside one."""
+    return SlotPool.load(ctx.slots) if getattr(ctx, "slots", None) else None
 
 
 def proc_problem(stage_dir: Path, name: str) -> str | None:

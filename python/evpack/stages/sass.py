@@ -41,12 +41,13 @@ from .kernel_rows import (
     unknown_built,
     write_csv,
 )
+from .order import declared
 
 NAME = "sass"
-NEEDS_GPU = False
-TIMEOUT_S = 900
-REQUIRED_FILES = ("run.json", "*.sass.gz", "table.csv", "table.json", "histogram.csv", "histogram.json")  # raw files a stage that decided pass/fail keeps (verify requires them)
-BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
+SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
+NEEDS_GPU, TIMEOUT_S = SPEC.needs_gpu, SPEC.timeout_s
+REQUIRED_FILES = SPEC.required_files  # raw files a stage that decided keeps (verify requires them)
+BINARY_RECORD = SPEC.binary_record  # the record of the binary a passing stage loaded
 SCHEMA_VERSION = 1
 # The full build's dump is ~20 MB of text (16 kernels x 3 archs, CUDA 13.0), ~1.7 MB gzip-compressed;
 # the pack keeps cuobjdump's stdout byte for byte inside a gzip stream (mtime 0: reproducible bytes).

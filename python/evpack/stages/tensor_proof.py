@@ -17,16 +17,17 @@ from ..parsers.symbols import describe, parse_symbol
 from ..reporting.markdown import text  # report_md: every pack value escaped
 from ..tools import find_tool
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
+from .order import declared
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants
 
 NAME = "tensor_proof"
-NEEDS_GPU = True
-TIMEOUT_S = 900
-REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
-BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
+SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
+NEEDS_GPU, TIMEOUT_S = SPEC.needs_gpu, SPEC.timeout_s
+REQUIRED_FILES = SPEC.required_files  # raw files a stage that decided keeps (verify requires them)
+BINARY_RECORD = SPEC.binary_record  # the record of the binary a passing stage loaded
 CANARY = "canary_decoy_hmma"
 FOREIGN_CANARY = "canary_foreign_work"
-CANARIES = (CANARY, FOREIGN_CANARY)
+CANARIES = SPEC.canaries  # (CANARY, FOREIGN_CANARY)
 
 
 def run(ctx: StageContext) -> None:
