@@ -103,6 +103,8 @@ def run_schedule(specs: list[StageSpec], *, execute: Callable[[str], None],
     def start_ready() -> None:
         gpu_held_back = False
         for name in list(pending):
+            if running and not overlap:
+                return  # one at a time, in order (skips included)
             spec = by_name[name]
             if not all(d in outcomes for d in spec.depends_on + spec.after if d in by_name):
                 continue
@@ -116,8 +118,6 @@ def run_schedule(specs: list[StageSpec], *, execute: Callable[[str], None],
             if (gpu_held_back and spec.resource != CPU) or \
                     not may_start(spec, [by_name[r] for r in running], overlap=overlap):
                 gpu_held_back = gpu_held_back or spec.resource == GPU_EXCLUSIVE or spec.alone
-                if not overlap:
-                    return  # one at a time, in order
                 continue
             pending.remove(name)
             running[name] = now()

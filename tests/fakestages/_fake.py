@@ -4,17 +4,24 @@ FAKE_PLAN (JSON) maps a stage name to one of: pass, fail, error, skipped, raise,
 crash (the process dies with SIGSEGV), hang (sleeps past the timeout),
 sleep:N (sleeps N seconds, then passes). "gpu": [...] lists the stages that run
 isolated in their own process, as GPU stages do. "bench_rows": [...] is written as the bench
-stage's summary.json (the rows `compare` reads).
+stage's summary.json (the rows `compare` reads). "cells": {stage: [seconds, ...]} runs one cell
+process per entry through stages/procs.run_jobs, on the scheduler's shared slot pool when the run
+has one (each cell writes <cell>.json with its own wall-clock start and end).
 """
 from __future__ import annotations
 
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
 from evpack.stages.base import StageContext, StageOutcome, read_json, write_json
+from evpack.stages.procs import Job, run_jobs, stage_pool
+
+CELL = ("import json, sys, time; t = time.time(); time.sleep(float(sys.argv[1])); "
+        "json.dump({'start': t, 'end': time.time()}, open(sys.argv[2], 'w'))")
 
 FAKE_SHA = "ab" * 32
 
@@ -36,6 +43,12 @@ def make(name: str) -> dict:
         (ctx.dir / "tool.log").write_text(f"raw output of {name}\n", encoding="utf-8")
         if name == "bench" and "bench_rows" in plan:  # rows for `compare` (only it reads them)
             write_json(ctx.dir / "summary.json", {"schema": 1, "rows": plan["bench_rows"]})
+        cells = plan.get("cells", {}).get(name)
+        if cells:
+            jobs = [Job(f"cell{i}", [sys.executable, "-c", CELL, str(sec), str(ctx.dir / f"cell{i}.json")], 60,
+                        est_s=sec) for i, sec in enumerate(cells)]
+            pool = stage_pool(ctx)
+            run_jobs(jobs, ctx.dir, ctx.repo, parallel=None if pool else 1, pool=pool)
         if what == "raise":
             raise RuntimeError(f"{name} broke")
         if what == "crash":
