@@ -371,3 +371,24 @@ def test_every_stage_module_takes_its_attributes_from_its_declaration():
     assert {s.name for s in order.STAGES if s.resource == order.GPU_SHARED} == {"sanitize", "correctness",
                                                                                 "stability"}
     assert {s.name for s in order.STAGES if s.resource == order.GPU_EXCLUSIVE} == {"tensor_proof", "bench"}
+
+
+def test_verify_checks_the_timings_shape_only_where_the_pack_has_it():
+    from evpack.verify import timings_problems  # noqa: PLC0415
+
+    stages = {"build": {}, "bench": {}}
+    good = {"total_s": 3.0, "stages_s": {"build": 1.0}, "wall_s": 5.0, "mode": "overlapped",
+            "stages": {"build": {"start_s": 0.0, "end_s": 1.0, "duration_s": 1.0},
+                       "bench": {"start_s": 1.0, "end_s": 4.5, "duration_s": 3.5}}}
+    assert timings_problems({"stages": stages, "timings": good}) == []
+    assert timings_problems({"stages": stages, "timings": {"total_s": 3.0, "stages_s": {}}}) == []  # older packs
+    assert timings_problems({"stages": stages}) == []
+    bad = [("wall_s", -1), ("wall_s", "5"), ("wall_s", True), ("mode", "parallel"), ("stages", []),
+           ("stages", {"nope": good["stages"]["build"]}),
+           ("stages", {"build": {"start_s": 2.0, "end_s": 1.0, "duration_s": -1.0}}),
+           ("stages", {"build": {"start_s": 0.0, "end_s": 1.0, "duration_s": 0.5}}),
+           ("stages", {"build": {"start_s": 0.0, "end_s": 9.0, "duration_s": 9.0}}),  # after wall_s
+           ("stages", {"build": {"start_s": 0.0, "end_s": float("nan"), "duration_s": 1.0}})]
+    for key, value in bad:
+        assert timings_problems({"stages": stages, "timings": dict(good, **{key: value})}), (key, value)
+    assert timings_problems({"stages": stages, "timings": [1]}) == ["timings: not an object"]
