@@ -392,3 +392,14 @@ def test_verify_checks_the_timings_shape_only_where_the_pack_has_it():
     for key, value in bad:
         assert timings_problems({"stages": stages, "timings": dict(good, **{key: value})}), (key, value)
     assert timings_problems({"stages": stages, "timings": [1]}) == ["timings: not an object"]
+
+
+def test_the_report_shows_wall_time_and_a_one_line_timeline(both):
+    from evpack.reporting.report_md import run_line  # noqa: PLC0415
+
+    report = (both[1] / "report.md").read_text(encoding="utf-8")
+    line = next(ln for ln in report.splitlines() if ln.startswith("- run: "))
+    assert "wall (overlapped)" in line and all(f"{n} " in line for n in ("sass", "tensor_proof", "bench"))
+    assert run_line({"total_s": 3.0, "stages_s": {}}) is None  # packs before wall_s: nothing claimed
+    assert run_line({"wall_s": 9, "stages": {"a<b": {"start_s": 0, "end_s": 2}}}) == \
+        "- run: 9\u00a0s wall: a\\<b 0\u20132\u00a0s"  # names escaped
