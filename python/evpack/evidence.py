@@ -141,7 +141,7 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
             return out
 
         sched = run_schedule(
-            specs, execute=execute, conclude=conclude, overlap=mode == "overlapped", cells=pool.progress,
+            specs, execute=execute, conclude=conclude, overlap=mode == "overlapped", cells=pool.progress, started=t_start,
             skip=lambda name, why: record_skip(tmp / name, name, why),
             skip_reason=lambda name, done: _skip_reason(by_name[name], to_run, done, has_gpu, no_gpu_reason))
         durations = {n: sched.times[n].duration_s for n in RUN_ORDER}

@@ -68,12 +68,14 @@ def run_schedule(specs: list[StageSpec], *, execute: Callable[[str], None],
                  skip_reason: Callable[[str, dict[str, StageOutcome]], str | None],
                  skip: Callable[[str, str], None], conclude: Callable[[str], StageOutcome],
                  overlap: bool = True, cells: Callable[[], dict[str, tuple[int, int]]] | None = None,
-                 clock: Callable[[], float] = time.monotonic, status_s: float = STATUS_S) -> Scheduled:
+                 clock: Callable[[], float] = time.monotonic, status_s: float = STATUS_S,
+                 started: float | None = None) -> Scheduled:
     """Run every stage of `specs` (in RUN_ORDER) once. `execute(name)` runs a stage (in a worker thread; it
     records its own failures), `skip(name, reason)` records a skip, `conclude(name)` derives a stage that
     ran or was skipped (here, in the calling thread), `skip_reason(name, outcomes)` decides a skip once the
-    stage's dependencies concluded. `cells()` gives cells done/total per running stage for progress lines."""
-    t0 = clock()
+    stage's dependencies concluded. `cells()` gives cells done/total per running stage for progress lines.
+    Times are seconds since `started` (a `clock()` reading: the run's start), by default since this call."""
+    t0 = clock() if started is None else started
     order = [s.name for s in specs]
     by_name = {s.name: s for s in specs}
     pending = list(order)
