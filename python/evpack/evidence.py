@@ -29,8 +29,9 @@ from .pack import (
 )
 from .reporting import missing_renderer
 from .runner import record_skip, run_stage
-from .schedule import run_schedule, schedule_mode, slots_per_gpu
+from .schedule import fork_server, run_schedule, schedule_mode, slots_per_gpu
 from .signing import load_signing_key
+from .stages import forkserver
 from .stages.order import RUN_ORDER, STAGE_ORDER, StageSpec, stage_spec, with_dependencies
 from .stages.procs import SlotPool
 from .toolchain import toolchain
@@ -95,6 +96,7 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
         mode = schedule_mode(os.environ.get("EVPACK_SCHEDULE"))
         gpus = options.get("gpus")
         per_gpu = slots_per_gpu(os.environ.get("EVPACK_GPU_SLOTS"), len(gpus) if gpus else 1, os.cpu_count() or 1)
+        fork = fork_server(os.environ.get("EVPACK_FORK_SERVER"))
     except ValueError as exc:
         raise PackError(str(exc)) from None
     no_renderer = missing_renderer()
@@ -126,9 +128,11 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
     # One derivation session for the whole run: each stage is derived once, when it concludes, and the
     # gates, pack.json and the reports take those outcomes (derive_all below reads the memo).
     with tempfile.TemporaryDirectory(prefix="evpack-slots-", ignore_cleanup_errors=True) as slot_dir, derivation_session():
-        pool = SlotPool(Path(slot_dir), per_gpu, tuple(gpus) if gpus else None)
+        pool = SlotPool(Path(slot_dir), per_gpu, tuple(gpus) if gpus else None, fork=fork and has_gpu)
         pool.write()
-        log.info("schedule: %s; %d cell slots per GPU shared by the GPU checks", mode, per_gpu)
+        log.info("schedule: %s; %d cell slots per GPU shared by the GPU checks%s", mode, per_gpu,
+                 "; a fork server per GPU for correctness and stability cells" if pool.fork else "")
+        servers = forkserver.start(pool.dir, gpus, repo) if pool.fork else []
 
         def execute(name: str) -> None:
             spec = by_name[name]
@@ -140,10 +144,13 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
             outcome_file(tmp / name, out)
             return out
 
-        sched = run_schedule(
-            specs, execute=execute, conclude=conclude, overlap=mode == "overlapped", cells=pool.progress, started=t_start,
-            skip=lambda name, why: record_skip(tmp / name, name, why),
-            skip_reason=lambda name, done: _skip_reason(by_name[name], to_run, done, has_gpu, no_gpu_reason))
+        try:
+            sched = run_schedule(
+                specs, execute=execute, conclude=conclude, overlap=mode == "overlapped", cells=pool.progress,
+                started=t_start, skip=lambda name, why: record_skip(tmp / name, name, why),
+                skip_reason=lambda name, done: _skip_reason(by_name[name], to_run, done, has_gpu, no_gpu_reason))
+        finally:
+            forkserver.stop(servers)
         durations = {n: sched.times[n].duration_s for n in RUN_ORDER}
         result = _assemble(tmp, packs_root, pack_id, git=git, created=created, warnings=warnings, options=options,
                            env=env, has_gpu=has_gpu, requirement=requirement, stages=stages, signer=signer,

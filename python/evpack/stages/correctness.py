@@ -100,11 +100,12 @@ def oracle_jobs(repo: Path, stage_dir: Path, variants: list[str], canaries, seed
     its families can catch it)."""
     grid = ("--quick",) if quick else ()
     jobs = [Job(v, oracle_cmd(repo, "correctness.py", "--variant", v, *grid, "--shortcut-seed", str(seed),
-                              "--out", str(stage_dir / f"{v}.json")), 900, est_s=EST_VARIANT_S) for v in variants]
+                              "--out", str(stage_dir / f"{v}.json")), 900, est_s=EST_VARIANT_S, forkable=True)
+            for v in variants]
     for c in canaries:
         family = ("--shortcut-seed", str(seed)) if c == FAMILY_CANARY else ()
         jobs.append(Job(c, oracle_cmd(repo, "correctness.py", "--variant", c, "--quick", *family, "--out",
-                                      str(stage_dir / f"{c}.json")), 300, est_s=EST_CANARY_S))
+                                      str(stage_dir / f"{c}.json")), 300, est_s=EST_CANARY_S, forkable=True))
     return jobs
 
 

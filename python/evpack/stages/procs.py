@@ -33,6 +33,7 @@ class Job:
     timeout_s: int
     env: dict[str, str] = field(default_factory=dict)
     est_s: float = 0.0  # expected seconds: a pool runs the longest first (ties keep list order)
+    forkable: bool = False  # `python oracles/<x>.py ...` needing no environment of its own (stages/forkserver.py)
 
 
 POOL_FILE = "pool.json"
@@ -45,16 +46,19 @@ class SlotPool:
     dir: Path
     per_gpu: int
     gpus: tuple | None = None
+    fork: bool = False  # a fork server per GPU runs the forkable cells (stages/forkserver.py)
 
     def write(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "progress").mkdir(exist_ok=True)
-        (self.dir / POOL_FILE).write_text(json.dumps({"per_gpu": self.per_gpu, "gpus": self.gpus}), encoding="utf-8")
+        (self.dir / POOL_FILE).write_text(json.dumps({"per_gpu": self.per_gpu, "gpus": self.gpus, "fork": self.fork}),
+                                          encoding="utf-8")
 
     @classmethod
     def load(cls, folder: Path) -> SlotPool:
         rec = json.loads((Path(folder) / POOL_FILE).read_text(encoding="utf-8"))
-        return cls(Path(folder), int(rec["per_gpu"]), tuple(rec["gpus"]) if rec.get("gpus") else None)
+        return cls(Path(folder), int(rec["per_gpu"]), tuple(rec["gpus"]) if rec.get("gpus") else None,
+                   bool(rec.get("fork")))
 
     @property
     def size(self) -> int:
@@ -143,13 +147,23 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
                 continue
 
 
-def _run_one(job: Job, stage_dir: Path, repo: Path, gpu: dict | None = None) -> dict:
+def _run_one(job: Job, stage_dir: Path, repo: Path, gpu: dict | None = None, pool: SlotPool | None = None) -> dict:
     env = dict(job.env)
     if gpu is not None:  # the cell sees its GPU alone, as device 0
         env["CUDA_VISIBLE_DEVICES"] = gpu["uuid"]
-    run = run_isolated(job.cmd, stage_dir / f"{job.name}.log", repo=repo, timeout_s=job.timeout_s, env=env)
+    log_path, run = stage_dir / f"{job.name}.log", None
+    if pool is not None and pool.fork and job.forkable and not job.env:
+        from . import forkserver  # noqa: PLC0415
+
+        run = forkserver.run_forked(forkserver.socket_path(pool.dir, gpu), job.cmd, log_path, cwd=repo,
+                                    timeout_s=job.timeout_s)  # None: no server answered, a process of its own
+    ran = "forked" if run is not None else "process"
+    if run is None:
+        run = run_isolated(job.cmd, log_path, repo=repo, timeout_s=job.timeout_s, env=env)
     rec = {"cmd": job.cmd, "env": job.env, "returncode": run["returncode"], "timed_out": run["timed_out"],
            "duration_s": round(run["duration_s"], 2)}
+    if pool is not None:
+        rec["ran"] = ran  # how the cell's process was made: forked by the GPU's fork server, or started
     if gpu is not None:
         rec["gpu"] = {"index": gpu["index"], "uuid": gpu["uuid"]}
     return rec
@@ -193,7 +207,7 @@ def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int | No
         if pool is not None:
             gpu, k, handle = pool.acquire()
             try:
-                rec = _run_one(job, stage_dir, repo, gpu)
+                rec = _run_one(job, stage_dir, repo, gpu, pool)
             finally:
                 pool.release(handle)
             rec["slot"] = {"gpu": None if gpu is None else gpu["index"], "slot": k}

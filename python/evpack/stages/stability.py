@@ -55,14 +55,15 @@ def oracle_jobs(repo: Path, stage_dir: Path, variants: list[str], canaries, laun
     jobs = []
     for v in variants:
         jobs.append(Job(v, oracle_cmd(repo, "stability.py", "--variant", v, "--launches", str(launches), "--out",
-                                      str(stage_dir / f"{v}.json")), 300, est_s=EST_VARIANT_S))
+                                      str(stage_dir / f"{v}.json")), 300, est_s=EST_VARIANT_S,
+                        forkable=True))
         if diagnostic:
             jobs.append(Job(f"{v}.diagnostic", oracle_cmd(repo, "stability.py", "--variant", v, "--launches", "100",
                                                           "--out", str(stage_dir / f"{v}.diagnostic.json")),
                             300, env=DIAG_ENV, est_s=EST_DIAGNOSTIC_S))
     for c in canaries:
         jobs.append(Job(c, oracle_cmd(repo, "stability.py", "--variant", c, "--launches", str(launches), "--out",
-                                      str(stage_dir / f"{c}.json")), 300, est_s=EST_CANARY_S))
+                                      str(stage_dir / f"{c}.json")), 300, est_s=EST_CANARY_S, forkable=True))
     return jobs
 
 
