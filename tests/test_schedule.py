@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -278,8 +280,6 @@ def test_a_stage_whose_dependency_failed_is_skipped_and_its_dependants_decide_on
 
 
 def _sleeper(tmp: Path, name: str, sec: float, est: float = 0.0) -> Job:
-    import sys  # noqa: PLC0415
-
     from fakestages._fake import CELL  # noqa: PLC0415
 
     return Job(name, [sys.executable, "-c", CELL, str(sec), str(tmp / f"{name}.json")], 60, est_s=est)
@@ -321,9 +321,6 @@ def test_the_pool_starts_the_longest_cells_first_and_records_them_in_the_stages_
 
 def test_a_dead_holder_frees_its_slot(tmp_path):
     """A slot is a flock: the kernel releases it with the process that held it (crash, kill)."""
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
     pool = SlotPool(tmp_path / "pool", 1)
     pool.write()
     code = ("import sys, time; from pathlib import Path; from evpack.stages.procs import SlotPool; "
@@ -403,3 +400,42 @@ def test_the_report_shows_wall_time_and_a_one_line_timeline(both):
     assert run_line({"total_s": 3.0, "stages_s": {}}) is None  # packs before wall_s: nothing claimed
     assert run_line({"wall_s": 9, "stages": {"a<b": {"start_s": 0, "end_s": 2}}}) == \
         "- run: 9\u00a0s wall: a\\<b 0\u20132\u00a0s"  # names escaped
+
+
+def test_cells_waiting_in_any_stage_take_free_slots_longest_first(tmp_path):
+    """A short cell that waited first still lets a longer one, of another stage, take the slot that frees."""
+    pool = SlotPool(tmp_path / "pool", 1)
+    pool.write()
+    held = pool.acquire()
+    got: list[str] = []
+
+    def wait(name: str, est: float) -> None:
+        handle = pool.acquire(poll_s=0.02, est_s=est)[2]
+        got.append(name)
+        time.sleep(0.2)
+        SlotPool.release(handle)
+
+    short = threading.Thread(target=wait, args=("short", 1.0))
+    short.start()
+    time.sleep(0.3)
+    long = threading.Thread(target=wait, args=("long", 9.0))
+    long.start()
+    time.sleep(0.3)
+    assert got == []
+    SlotPool.release(held[2])
+    short.join(10)
+    long.join(10)
+    assert got == ["long", "short"]
+    assert list((pool.dir / "waiting").iterdir()) == []  # tickets go with their waiters
+
+
+def test_a_dead_waiter_holds_nobody_back(tmp_path):
+    pool = SlotPool(tmp_path / "pool", 1)
+    pool.write()
+    (pool.dir / "waiting").mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (pool.dir / "waiting" / f"-99.0_1_{dead.stdout.strip()}_1").touch()  # a long cell's ticket, its process gone
+    (pool.dir / "waiting" / "junk").touch()
+    gpu, k, handle = pool.acquire(poll_s=0.02, est_s=1.0)
+    assert k == 0
+    SlotPool.release(handle)

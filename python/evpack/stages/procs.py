@@ -69,18 +69,61 @@ class SlotPool:
         gpus = list(self.gpus) if self.gpus else [None]
         return [(g, k) for k in range(self.per_gpu) for g in gpus]
 
-    def acquire(self, poll_s: float = 0.1) -> tuple[dict | None, int, object]:
-        """Block until a slot is free; returns (gpu, slot, handle); pass the handle to release()."""
-        while True:
-            for gpu, k in self.slots():
-                f = open(self.dir / f"gpu{'-' if gpu is None else gpu['index']}.slot{k}.lock", "a")  # noqa: SIM115
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    f.close()
-                    continue
-                return gpu, k, f
-            time.sleep(poll_s)
+    def _lock_path(self, gpu: dict | None, k: int) -> Path:
+        return self.dir / f"gpu{'-' if gpu is None else gpu['index']}.slot{k}.lock"
+
+    def _try(self, gpu: dict | None, k: int):
+        f = open(self._lock_path(gpu, k), "a")  # noqa: SIM115 - held while the cell runs
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            return None
+        return f
+
+    def _free(self) -> int:
+        """Slots free now (a probe: a slot taken meanwhile is found out when it is tried)."""
+        free = 0
+        for gpu, k in self.slots():
+            f = self._try(gpu, k)
+            if f is not None:
+                free += 1
+                f.close()
+        return free
+
+    def _ahead(self, mine: tuple[float, int]) -> int:
+        """Cells of live processes waiting before `mine` ((-est_s, ticket time)): longer ones, then older ones."""
+        n = 0
+        for name in os.listdir(self.dir / "waiting"):
+            try:
+                neg_est, t, pid = name.split("_")[:3]
+                key = (float(neg_est), int(t))
+                os.kill(int(pid), 0)
+            except (ValueError, ProcessLookupError):
+                continue  # not a ticket, or its process is gone
+            except PermissionError:
+                pass
+            n += key < mine
+        return n
+
+    def acquire(self, poll_s: float = 0.1, est_s: float = 0.0) -> tuple[dict | None, int, object]:
+        """Block until a slot is free for this cell; returns (gpu, slot, handle); pass the handle to release().
+        Cells waiting in any process of the run take free slots longest first (est_s), then first come."""
+        waiting = self.dir / "waiting"
+        waiting.mkdir(exist_ok=True)
+        mine = (-float(est_s), time.monotonic_ns())
+        ticket = waiting / f"{mine[0]}_{mine[1]}_{os.getpid()}_{threading.get_ident()}"
+        ticket.touch()
+        try:
+            while True:
+                if self._ahead(mine) < self._free():
+                    for gpu, k in self.slots():
+                        f = self._try(gpu, k)
+                        if f is not None:
+                            return gpu, k, f
+                time.sleep(poll_s)
+        finally:
+            ticket.unlink(missing_ok=True)
 
     @staticmethod
     def release(handle) -> None:
@@ -205,7 +248,7 @@ def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int | No
     def go(job: Job) -> tuple[str, dict]:
         start = time.monotonic() - t0
         if pool is not None:
-            gpu, k, handle = pool.acquire()
+            gpu, k, handle = pool.acquire(est_s=job.est_s)
             try:
                 rec = _run_one(job, stage_dir, repo, gpu, pool)
             finally:
