@@ -227,6 +227,9 @@ def _baseline(args, selected):
 
 def cmd_evidence(args, selected) -> int:
     import contextlib
+    import time
+
+    t_start = time.monotonic()
 
     from .attest import SigningFailed
     from .evidence import gpu_available, run_evidence
@@ -259,6 +262,8 @@ def cmd_evidence(args, selected) -> int:
             print(f"verify: {p}", file=sys.stderr)
         print(f"verify: provenance {prov.summary}")
         print(f"verify: {'OK' if not problems else f'{len(problems)} mismatch(es)'}")
+    print(f"wall: {time.monotonic() - t_start:.0f} s to the {'verified ' if not args.no_verify else ''}pack "
+          f"(pack.json timings.wall_s: {result.wall_s:.0f} s to pack.json)")
     print(verdict)
     return 0 if ok and not problems else 1
 
