@@ -137,3 +137,59 @@ def test_the_oracle_cells_that_may_fork_are_those_without_an_environment_of_thei
     assert all(j.forkable == (not j.env) for j in jobs)
     assert any(j.env for j in jobs)  # the CUDA_LAUNCH_BLOCKING replay starts a process of its own
     assert all(j.cmd[1].endswith(".py") for j in jobs)
+
+
+@pytest.mark.gpu
+def test_gpu_oracle_cells_forked_side_by_side_pass_and_catch_their_canaries(tmp_path):
+    """The real oracles through the fork server, four at a time on one GPU: the honest variant passes, and the
+    canaries are caught as they are in processes of their own (the check that concurrency and forking hide
+    nothing)."""
+    import importlib  # noqa: PLC0415
+    import importlib.util  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    from evpack.model import FAIL, PASS  # noqa: PLC0415
+    from evpack.stages import correctness, stability  # noqa: PLC0415
+    from evpack.stages.base import write_json  # noqa: PLC0415
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    need = ("scalar", stability.CANARY, stability.CAPTURE_CANARY, correctness.CANARY)
+    have = set()
+    for module in ("evpack._C", "evpack._canaries"):
+        if importlib.util.find_spec(module) is not None:
+            have |= {k[0] for k in importlib.import_module(module).kernels()}
+    if not set(need) <= have:
+        pytest.skip(f"not built: {sorted(set(need) - have)} (build with EVPACK_CANARIES=1)")
+    pool = SlotPool(tmp_path / "pool", 4, fork=True)
+    pool.write()
+    servers = forkserver.start(pool.dir, None, REPO)
+    write_json(tmp_path / "pack.json", {"schema_version": 3})
+    try:
+        sd, cd = tmp_path / "stability", tmp_path / "correctness"
+        sd.mkdir()
+        cd.mkdir()
+        sjobs = stability.oracle_jobs(REPO, sd, ["scalar"], (stability.CANARY, stability.CAPTURE_CANARY),
+                                      launches=50)
+        seed = 20261124
+        write_json(cd / correctness.SHORTCUT_FILE, {"generator": correctness.SHORTCUT_GENERATOR, "seed": seed,
+                                                    "cases": correctness.shortcut_cases(seed)})
+        cjobs = correctness.oracle_jobs(REPO, cd, [], (correctness.CANARY,), seed, quick=True)
+        threads = [threading.Thread(target=run_jobs, args=(jobs, d, REPO), kwargs={"parallel": None, "pool": pool})
+                   for jobs, d in ((sjobs, sd), (cjobs, cd))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(900)
+    finally:
+        forkserver.stop(servers)
+    sprocs, cprocs = read_json(sd / "procs.json"), read_json(cd / "procs.json")
+    assert sprocs["scalar"]["ran"] == "forked" and sprocs["scalar.diagnostic"]["ran"] == "process"
+    assert cprocs[correctness.CANARY]["ran"] == "forked"
+    out = stability.derive(sd, tmp_path)
+    assert out.data["variants"]["scalar"]["status"] == PASS, (sd / "scalar.log").read_text()[-2000:]
+    assert out.data["diagnostic"]["scalar.diagnostic"]["status"] == PASS
+    assert all(c["caught"] for c in out.data["canaries"]), out.data["canaries"]
+    entry = correctness._canary_entry(cd, correctness.CANARY)
+    assert entry["observed"] == FAIL and entry["caught"], (cd / f"{correctness.CANARY}.log").read_text()[-2000:]
