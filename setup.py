@@ -45,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -270,7 +271,26 @@ def _extensions_and_cmdclass():
     class BuildExt(cpp.BuildExtension):
         """Writes the instantiation files first; one build_temp per extension (bindings.cpp is
         compiled once per extension with a different TORCH_EXTENSION_NAME); arch-specific variants
-        are compiled here, with their own targets, and linked in as extra objects."""
+        are compiled here, with their own targets, and linked in as extra objects.
+
+        The extensions build at the same time (one thread, one ninja each, unless --parallel says
+        otherwise): each ends with one long object (the wgmma instantiations), and the two compile side
+        by side instead of one after the other. Each thread sees its own build_temp."""
+
+        _mine = threading.local()
+
+        @property
+        def build_temp(self):
+            return getattr(self._mine, "build_temp", None) or self.__dict__.get("_build_temp")
+
+        @build_temp.setter
+        def build_temp(self, value):
+            self.__dict__["_build_temp"] = value
+
+        def finalize_options(self):
+            super().finalize_options()
+            if not self.parallel:
+                self.parallel = max(1, len(self.extensions or ()))
 
         def run(self):
             for out_dir, group, skipped in generated.values():
@@ -307,9 +327,8 @@ def _extensions_and_cmdclass():
                                     cache_why=cache_why, counts=counts, problem=session.problem)
 
         def build_extension(self, ext):
-            base = self.build_temp
             key = ext.name.rsplit(".", 1)[-1]
-            self.build_temp = os.path.join(base, key)
+            self._mine.build_temp = os.path.join(self.build_temp, key)  # this thread's (extension's) own
             try:
                 jobs = max(1, int(os.environ.get("MAX_JOBS", "") or os.cpu_count() or 1))
                 with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -323,7 +342,7 @@ def _extensions_and_cmdclass():
                 manifest = ROOT / "build" / "generated" / key / "objects.json"
                 manifest.write_text(json.dumps(sorted(str(Path(o).resolve()) for o in linked), indent=1) + "\n")
             finally:
-                self.build_temp = base
+                self._mine.build_temp = None
 
     return extensions, {"build_ext": BuildExt.with_options(use_ninja=True)}
 

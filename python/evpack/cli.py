@@ -216,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--pack", type=Path, required=True)
     rs.add_argument("--options", default="{}")
     rs.add_argument("--stage-package", default=None)
+    rs.add_argument("--slots", type=Path, default=None)  # the scheduler's shared GPU slot pool
     bs = sub.add_parser("_bench-shard")  # internal: one GPU's process of a sharded benchmark (not listed)
     bs.add_argument("--pack", type=Path, required=True)
     bs.add_argument("--dir", type=Path, required=True)
@@ -236,6 +237,9 @@ def _baseline(args, selected):
 
 def cmd_evidence(args, selected) -> int:
     import contextlib
+    import time
+
+    t_start = time.monotonic()
 
     from .attest import SigningFailed
     from .evidence import gpu_available, run_evidence
@@ -269,6 +273,8 @@ def cmd_evidence(args, selected) -> int:
             print(f"verify: {p}", file=sys.stderr)
         print(f"verify: provenance {prov.summary}")
         print(f"verify: {'OK' if not problems else f'{len(problems)} mismatch(es)'}")
+    print(f"wall: {time.monotonic() - t_start:.0f} s to the {'verified ' if not args.no_verify else ''}pack "
+          f"(pack.json timings.wall_s: {result.wall_s:.0f} s to pack.json)")
     print(verdict)
     return 0 if ok and not problems else 1
 
@@ -500,7 +506,8 @@ def dispatch(args) -> int:
     if args.cmd == "_run-stage":
         from .runner import run_inline
 
-        run_inline(args.stage, args.pack, REPO, json.loads(args.options), stages=args.stage_package)
+        run_inline(args.stage, args.pack, REPO, json.loads(args.options), stages=args.stage_package,
+                   slots=args.slots)
         return 0
     if args.cmd == "merge":
         return merge_cli.merge(args, [resolve_pack(p) for p in args.packs])

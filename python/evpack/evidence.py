@@ -1,8 +1,12 @@
 """`evidence`: run the selected stages in order into a temporary pack, assemble it, rename it into place."""
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -32,9 +36,11 @@ from .pack import (
 )
 from .reporting import missing_renderer
 from .runner import record_skip, run_stage
+from .schedule import fork_server, run_schedule, schedule_mode, slots_per_gpu
 from .signing import load_signing_key
-from .stages.order import DEPENDS_ON, RUN_ORDER, STAGE_ORDER, stage_module, with_dependencies
-from .stages.procs import selected_variants
+from .stages import forkserver
+from .stages.order import RUN_ORDER, STAGE_ORDER, StageSpec, stage_spec, with_dependencies
+from .stages.procs import SlotPool, selected_variants
 from .toolchain import toolchain
 
 log = logging.getLogger("evpack")
@@ -46,6 +52,7 @@ class RunResult:
     label: str
     labels: tuple[str, ...]
     has_gpu: bool
+    wall_s: float = 0.0  # start to pack.json (pack.json -> timings.wall_s)
 
 
 def previous_with_bench(packs_root: Path) -> Path | None:
@@ -69,13 +76,14 @@ def gpu_available() -> tuple[bool, str]:
     return True, ""
 
 
-def _skip_reason(name: str, mod, to_run: list[str], outcomes: dict, has_gpu: bool, no_gpu_reason: str) -> str | None:
+def _skip_reason(spec: StageSpec, to_run: list[str], outcomes: dict, has_gpu: bool, no_gpu_reason: str) -> str | None:
+    name = spec.name
     if name not in to_run:
         return "not selected for this run"
-    blocked = [d for d in DEPENDS_ON[name] if d in outcomes and outcomes[d].status != PASS and name != "canaries"]
+    blocked = [d for d in spec.depends_on if d in outcomes and outcomes[d].status != PASS and name != "canaries"]
     if blocked:
         return "needs " + ", ".join(f"{d} ({outcomes[d].status})" for d in blocked)
-    if mod.NEEDS_GPU and not has_gpu:
+    if spec.needs_gpu and not has_gpu:
         return no_gpu_reason
     return None
 
@@ -90,7 +98,15 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
     keeps the pack, unsigned, and raises SigningFailed. Cells of variants whose keys equal the newest complete
     pack's are carried from it (evpack.incremental) unless `fresh`.
     """
+    t_start = time.monotonic()
     ensure_writable(packs_root)
+    try:  # how stages are placed (never what they check): before any work
+        mode = schedule_mode(os.environ.get("EVPACK_SCHEDULE"))
+        gpus = options.get("gpus")
+        per_gpu = slots_per_gpu(os.environ.get("EVPACK_GPU_SLOTS"), len(gpus) if gpus else 1, os.cpu_count() or 1)
+        fork = fork_server(os.environ.get("EVPACK_FORK_SERVER"))
+    except ValueError as exc:
+        raise PackError(str(exc)) from None
     no_renderer = missing_renderer()
     if no_renderer:
         raise PackError(no_renderer)
@@ -121,33 +137,58 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
                          why_not=None if has_gpu and set(CARRY_STAGES) & set(to_run) else
                          "no GPU stage runs in this pack: nothing to carry")
     t_all = time.monotonic()
-    durations: dict[str, float] = {}
-    outcomes = {}
-    n = len(STAGE_ORDER)
-    for i, name in enumerate(RUN_ORDER, 1):  # canaries last: they read every stage's catch
-        mod = stage_module(name, stages)
-        stage_dir = tmp / name
-        t0 = time.monotonic()
-        why_skip = _skip_reason(name, mod, to_run, outcomes, has_gpu, no_gpu_reason)
-        if why_skip:
-            record_skip(stage_dir, name, why_skip)
-        else:
-            log.info("[%d/%d] %s: running%s (%.0f s since start)", i, n, name,
-                     f" (own process, timeout {mod.TIMEOUT_S} s)" if mod.NEEDS_GPU else "",
-                     time.monotonic() - t_all)
-            run_stage(name, tmp, repo, inc.stage_options(name, options, facts), isolate=mod.NEEDS_GPU,
-                      timeout_s=mod.TIMEOUT_S, stages=stages)
-            try:
-                inc.after_stage(name, ran=True)
-            except CarryError as exc:
-                inc.close()
-                raise PackError(f"incremental: {exc}") from exc
-        with derivation_session():
-            outcomes[name] = final_outcome(name, tmp, stages=stages)
-        outcome_file(stage_dir, outcomes[name])
-        durations[name] = round(time.monotonic() - t0, 3)
-        log.info("[%d/%d] %s: %s (%.1f s) - %s", i, n, name, outcomes[name].status, durations[name],
-                 outcomes[name].reason)
+    specs = [stage_spec(name, stages) for name in RUN_ORDER]  # canaries last: they read every stage's catch
+    if inc.source is not None:  # carrying needs this build's device keys (the SASS dump) before a GPU check starts
+        specs = [dataclasses.replace(s, after=s.after + ("sass",)) if s.name in CARRY_STAGES else s for s in specs]
+    by_name = {s.name: s for s in specs}
+    # One derivation session for the whole run: each stage is derived once, when it concludes, and the
+    # gates, pack.json and the reports take those outcomes (derive_all below reads the memo).
+    with tempfile.TemporaryDirectory(prefix="evpack-slots-", ignore_cleanup_errors=True) as slot_dir, derivation_session():
+        pool = SlotPool(Path(slot_dir), per_gpu, tuple(gpus) if gpus else None, fork=fork and has_gpu)
+        pool.write()
+        log.info("schedule: %s; %d cell slots per GPU shared by the GPU checks%s", mode, per_gpu,
+                 "; a fork server per GPU for correctness and stability cells" if pool.fork else "")
+        servers = forkserver.start(pool.dir, gpus, repo) if pool.fork else []
+
+        plan_lock = threading.Lock()  # the plan is made once, by the first carrying stage that starts
+
+        def execute(name: str) -> None:
+            spec = by_name[name]
+            with plan_lock:
+                stage_options = inc.stage_options(name, options, facts)
+            run_stage(name, tmp, repo, stage_options, isolate=spec.needs_gpu, timeout_s=spec.timeout_s,
+                      stages=stages, slots=pool.dir)
+            inc.after_stage(name, ran=True)  # its carried cells join the fresh ones before it is derived
+
+        def conclude(name: str):
+            out = final_outcome(name, tmp, stages=stages)
+            outcome_file(tmp / name, out)
+            return out
+
+        try:
+            sched = run_schedule(
+                specs, execute=execute, conclude=conclude, overlap=mode == "overlapped", cells=pool.progress,
+                started=t_start, skip=lambda name, why: record_skip(tmp / name, name, why),
+                skip_reason=lambda name, done: _skip_reason(by_name[name], to_run, done, has_gpu, no_gpu_reason))
+        except CarryError as exc:
+            raise PackError(f"incremental: {exc}") from exc
+        finally:
+            forkserver.stop(servers)
+            inc.close()
+        durations = {n: sched.times[n].duration_s for n in RUN_ORDER}
+        result = _assemble(tmp, packs_root, pack_id, git=git, created=created, warnings=warnings, options=options,
+                           env=env, has_gpu=has_gpu, requirement=requirement, stages=stages, signer=signer,
+                           run_facts=run_facts, durations=durations, total_s=round(time.monotonic() - t_all, 3),
+                           timings={"mode": sched.mode,
+                                    "stages": {n: sched.times[n].to_json() for n in RUN_ORDER}},
+                           t_start=t_start, tools=tools, inc=inc)
+    return result
+
+
+def _assemble(tmp: Path, packs_root: Path, pack_id: str, *, git, created, warnings, options, env, has_gpu,
+              requirement, stages, signer, run_facts, durations, total_s, timings, t_start, tools,
+              inc: IncrementalRun) -> RunResult:
+    """Gates, labels, pack.json, reports, index, provenance; the pack renamed into place."""
     requirement = requirement or ("complete" if has_gpu else "partial")
     log.info("deriving gates and labels from the pack's files")
     derived = derive_all(tmp, STAGE_ORDER, stages=stages)
@@ -159,8 +200,10 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
                       "same": prev_digest == derived.digest}
     pj = pack_json(pack_id=pack_id, created=created.strftime("%Y-%m-%dT%H:%M:%SZ"), git=git,
                    toolchain=tools, warnings=warnings, options=options, derived=derived,
-                   durations=durations, total_s=round(time.monotonic() - t_all, 3), env=env,
+                   durations=durations, total_s=total_s, env=env,
                    zero_delta=zero_delta, requirement=requirement)
+    wall_s = round(time.monotonic() - t_start, 3)
+    pj["timings"] = dict(pj.get("timings") or {}, **timings, wall_s=wall_s)
     pj["signing"] = signer.record() if signer else None
     pj["incremental"] = inc.record()
     write_json(tmp / "pack.json", pj)
@@ -179,7 +222,7 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
         raise SigningFailed(f"{attest_error}; the pack is kept, unsigned: {final}", final)
     log.info("provenance: %s", f"signed with {signer.key_type} key {signer.fingerprint}" if signer
              else "unsigned (no --sign-key)")
-    return RunResult(final, derived.label, tuple(derived.labels), has_gpu)
+    return RunResult(final, derived.label, tuple(derived.labels), has_gpu, wall_s)
 
 
 def _write_reports(pack_dir: Path) -> None:

@@ -70,8 +70,9 @@ class LogFollower(threading.Thread):
 
 
 def run_stage(name: str, pack_dir: Path, repo: Path, options: dict, *, isolate: bool, timeout_s: int,
-              stages: str | None = None) -> None:
-    """Run one stage; never raises for stage failures (they are recorded)."""
+              stages: str | None = None, slots: Path | None = None) -> None:
+    """Run one stage; never raises for stage failures (they are recorded). `slots`: the scheduler's shared
+    GPU slot pool (StageContext.slots)."""
     stage_dir = pack_dir / name
     stage_dir.mkdir(parents=True, exist_ok=True)
     rec = RunnerRecord(name, _now(), mode=PROCESS if isolate else INLINE).to_json()
@@ -80,7 +81,7 @@ def run_stage(name: str, pack_dir: Path, repo: Path, options: dict, *, isolate: 
     follower = LogFollower(stage_dir / LOG_FILE if isolate else None, name)
     follower.start()
     try:
-        _run(name, pack_dir, repo, options, rec, isolate=isolate, timeout_s=timeout_s, stages=stages)
+        _run(name, pack_dir, repo, options, rec, isolate=isolate, timeout_s=timeout_s, stages=stages, slots=slots)
     finally:
         follower.stop.set()
         follower.join()
@@ -89,18 +90,20 @@ def run_stage(name: str, pack_dir: Path, repo: Path, options: dict, *, isolate: 
 
 
 def _run(name: str, pack_dir: Path, repo: Path, options: dict, rec: dict, *, isolate: bool, timeout_s: int,
-         stages: str | None) -> None:
+         stages: str | None, slots: Path | None) -> None:
     stage_dir = pack_dir / name
     if isolate:
         cmd = [sys.executable, "-m", "evpack", "_run-stage", name, "--pack", str(pack_dir),
                "--options", json.dumps(options)]
         if stages:
             cmd += ["--stage-package", stages]
+        if slots:
+            cmd += ["--slots", str(slots)]
         run = run_isolated(cmd, stage_dir / LOG_FILE, repo=repo, timeout_s=timeout_s, grace_s=10, append=True)
         rec["returncode"], rec["timed_out"] = run["returncode"], run["timed_out"]
     else:
         try:
-            run_inline(name, pack_dir, repo, options, stages=stages)
+            run_inline(name, pack_dir, repo, options, stages=stages, slots=slots)
             rec["returncode"] = 0
         except Exception as exc:  # the stage broke: recorded, never fatal to the pack
             rec["returncode"] = 1
@@ -109,7 +112,8 @@ def _run(name: str, pack_dir: Path, repo: Path, options: dict, rec: dict, *, iso
                 f.write(traceback.format_exc())
 
 
-def run_inline(name: str, pack_dir: Path, repo: Path, options: dict, *, stages: str | None = None) -> None:
+def run_inline(name: str, pack_dir: Path, repo: Path, options: dict, *, stages: str | None = None,
+               slots: Path | None = None) -> None:
     mod = stage_module(name, stages)
-    ctx = StageContext(pack_dir=pack_dir, dir=pack_dir / name, repo=repo, options=options)
+    ctx = StageContext(pack_dir=pack_dir, dir=pack_dir / name, repo=repo, options=options, slots=slots)
     mod.run(ctx)

@@ -20,6 +20,7 @@ Standard library only: a reviewer verifies on a bare Python.
 from __future__ import annotations
 
 import json
+import math
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,6 +318,41 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
         return seen[key]
 
     problems += check_incremental(pack_dir, pj.to_json(), verify_source, carried_from=carried_from, depth=_depth)
+    problems += timings_problems(pj.to_json())
+    return problems
+
+
+def _seconds(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+def timings_problems(pj: dict) -> list[str]:
+    """The shape of pack.json -> timings where it says how the run went (wall_s, mode, per-stage start and
+    end): packs made before it have none of these keys and are not asked for them. A record, not a decision."""
+    t = pj.get("timings")
+    if t is None:
+        return []
+    if not isinstance(t, dict):
+        return ["timings: not an object"]
+    problems = []
+    if "wall_s" in t and not _seconds(t["wall_s"]):
+        problems.append(f"timings.wall_s: {t['wall_s']!r} is not a number of seconds")
+    if "mode" in t and t["mode"] not in ("overlapped", "sequential"):
+        problems.append(f"timings.mode: {t['mode']!r} is neither overlapped nor sequential")
+    if "stages" not in t:
+        return problems
+    if not isinstance(t["stages"], dict):
+        return problems + ["timings.stages: not an object"]
+    known = pj.get("stages") if isinstance(pj.get("stages"), dict) else {}
+    for name, rec in t["stages"].items():
+        if name not in known:
+            problems.append(f"timings.stages.{name}: not a stage of this pack")
+        elif not isinstance(rec, dict) or not all(_seconds(rec.get(k)) for k in ("start_s", "end_s", "duration_s")):
+            problems.append(f"timings.stages.{name}: start_s, end_s and duration_s must be seconds")
+        elif rec["end_s"] < rec["start_s"] or abs(rec["end_s"] - rec["start_s"] - rec["duration_s"]) > 0.01 or (
+                _seconds(t.get("wall_s")) and rec["end_s"] > t["wall_s"] + 0.01):
+            problems.append(f"timings.stages.{name}: start {rec['start_s']}, end {rec['end_s']} and duration "
+                            f"{rec['duration_s']} do not agree (or end after wall_s)")
     return problems
 
 

@@ -12,6 +12,9 @@ others); build writes result.json and sass a real cuobjdump dump (tests/fixtures
 kernels) and run.json, from which evpack.incremental derives the device keys. "device_edit": [variant, ...]
 changes one instruction of each kernel of those variants in the dump (a changed kernel); "cell_fail":
 [variant, ...] makes their cells exit 1.
+"pool_cells": {stage: [seconds, ...]} runs one cell process per entry through stages/procs.run_jobs, on the
+scheduler's shared slot pool when the run has one (each cell writes <cell>.json with its own wall-clock start
+and end).
 """
 from __future__ import annotations
 
@@ -25,10 +28,14 @@ import time
 from pathlib import Path
 
 from evpack.stages.base import StageContext, StageOutcome, read_json, write_json
-from evpack.stages.procs import Job, run_jobs, variants_to_run
+from evpack.stages.procs import Job, run_jobs, stage_pool, variants_to_run
+
+CELL = ("import json, sys, time; t = time.time(); time.sleep(float(sys.argv[1])); "
+        "json.dump({'start': t, 'end': time.time()}, open(sys.argv[2], 'w'))")
 
 FAKE_SHA = "ab" * 32
 CELL_STAGES = ("tensor_proof", "sanitize", "correctness", "stability")
+VARIANT_CELLS = "variant_cells.json"  # marks a stage whose cells ran in the "cells" (one per variant) mode
 SASS_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sass" / "kernels.sm80_89_90.sass.gz"
 CELL_CODE = ("import json, sys; json.dump({'variant': sys.argv[2], 'ok': True, 'pid': __import__('os').getpid()}, "
              "open(sys.argv[1], 'w')); print('cell of', sys.argv[2]); sys.exit(int(sys.argv[3]))")
@@ -53,6 +60,12 @@ def make(name: str) -> dict:
         (ctx.dir / "tool.log").write_text(f"raw output of {name}\n", encoding="utf-8")
         if name == "bench" and "bench_rows" in plan:  # rows for `compare` (only it reads them)
             write_json(ctx.dir / "summary.json", {"schema": 1, "rows": plan["bench_rows"]})
+        cells = plan.get("pool_cells", {}).get(name)
+        if cells:
+            jobs = [Job(f"cell{i}", [sys.executable, "-c", CELL, str(sec), str(ctx.dir / f"cell{i}.json")], 60,
+                        est_s=sec) for i, sec in enumerate(cells)]
+            pool = stage_pool(ctx)
+            run_jobs(jobs, ctx.dir, ctx.repo, parallel=None if pool else 1, pool=pool)
         if what == "raise":
             raise RuntimeError(f"{name} broke")
         if what == "crash":
@@ -63,7 +76,7 @@ def make(name: str) -> dict:
             time.sleep(float(what.split(":")[1]))
 
     def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
-        if name in CELL_STAGES and (stage_dir / "procs.json").is_file():
+        if name in CELL_STAGES and (stage_dir / VARIANT_CELLS).is_file():
             return _cells_derive(name, stage_dir)
         raw = read_json(stage_dir / "raw.json")
         status = raw["plan"] if raw["plan"] in ("pass", "fail", "error", "skipped") else "pass"
@@ -102,6 +115,7 @@ def _cells_run(name: str, ctx: StageContext, plan: dict) -> None:
         jobs = [Job(_cell_name(name, v), [sys.executable, "-c", CELL_CODE, str(ctx.dir / f"{_cell_name(name, v)}.json"),
                                           v, "1" if v in fail else "0"], 60) for v in variants + ["canary_wrong_result"]]
         run_jobs(jobs, ctx.dir, ctx.repo)
+        write_json(ctx.dir / VARIANT_CELLS, {"variants": variants})
 
 
 def _cells_derive(name: str, stage_dir: Path) -> StageOutcome:

@@ -37,6 +37,7 @@ class IncrementalRun:
         self.applied: list = []
         self.source = None if fresh or why_not else choose_source(packs_root, exclude)
         self._verify = None
+        self._facts: dict | None = None  # the run's facts the keys take (toolchain, python), from stage_options
         if self.source is not None:  # verified while the build runs: the plan waits for it only then
             cmd = [sys.executable, "-m", "evpack", "verify", str(self.source)]
             if stages:
@@ -61,7 +62,9 @@ class IncrementalRun:
         first = next((ln for ln in lines if ln.startswith("MISMATCH")), lines[-1] if lines else "no output")
         return f"verify exited {self._verify.returncode}: {first[:200]}"
 
-    def _make_plan(self, pack_record: dict) -> Plan:
+    def _compute_keys(self, pack_record: dict) -> str:
+        """Fill self.keys from this build's files (the SASS dump, the PTXAS logs) and the run's facts; '' or why
+        the device keys are not known (then no variant has keys)."""
         from ..stages.order import stage_module
 
         try:
@@ -75,12 +78,19 @@ class IncrementalRun:
             check = check_digest(self.repo, stage_module(stage, self.stages))
             self.keys[stage] = {v: {**derived[v], "source": source_digest(self.repo, v), "check": check}
                                 for v in self.variants if v in derived}
+        return why
+
+    def _make_plan(self, pack_record: dict) -> Plan:
+        """The plan, made when the first carrying stage starts. With nothing to carry from, the keys wait for
+        record() (the run then need not hold its GPU checks back for the SASS dump)."""
+        self._facts = pack_record
         if self.fresh:
             return Plan(reason="--fresh: every cell runs", fresh=True)
         if self.why_not:
             return Plan(reason=self.why_not)
         if self.source is None:
             return Plan(reason="no earlier complete pack in the packs folder: every cell runs")
+        why = self._compute_keys(pack_record)  # the run waited for the SASS dump (evidence.py)
         bad = self._verified()
         if bad:
             return Plan(reason=f"the newest complete pack {self.source.name} does not verify ({bad}): every cell "
@@ -120,6 +130,8 @@ class IncrementalRun:
         (stage, variant) with a cell in this pack (the next run compares with them)."""
         self.close()
         plan = self.plan or Plan(reason=self.why_not or "no GPU stage ran: nothing to carry", fresh=self.fresh)
+        if not self.keys and self.plan is not None and self._facts is not None:  # the next run compares with them
+            self._compute_keys(self._facts)
         keys = {}
         for stage, table in self.keys.items():
             procs_path = self.pack_dir / stage / "procs.json"

@@ -90,7 +90,8 @@ def _facts(view: PackView, links: dict[str, str]) -> list[str]:
                   f"[CI run {links['run'].rsplit('/runs/', 1)[1]}]({links['run']}) ([artifacts]({links['artifacts']}))")
     else:
         report = f"Report: [report.html](report.html) in the pack {code(view.pack_id)} (beside this file)"
-    total = pj.total_s
+    timings = pj.get("timings") if isinstance(pj.get("timings"), dict) else {}
+    total = timings.get("wall_s", timings.get("total_s"))  # wall_s: start to pack (packs of schema 3 on)
     line = f"Commit {shown} · {machine_line(view.env)} · created {text(pj.created_utc)}"
     if isinstance(total, (int, float)):
         line += f" in {total:.0f} s"

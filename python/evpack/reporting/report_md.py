@@ -50,11 +50,34 @@ def _pack_facts(view: PackView) -> list[str]:
         lines.append(signature)
     for w in pj.warnings or []:
         lines.append(f"- WARNING: {text(w)}")
+    run = run_line(pj.get("timings"))
+    if run:
+        lines.append(run)
     zd = pj.zero_delta
     if zd:
         lines.append(f"- zero-delta: {'same content as' if zd.same else 'differs from'} pack "
                      f"{code(zd.previous_pack)} of the same commit (timestamps excluded)")
     return lines
+
+
+def _secs(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def run_line(timings) -> str | None:
+    """'- run: 183 s wall (overlapped): build 0-48 s · sass 48-104 s · ...' (stages that ran, by start), or
+    None for a pack made before timings.wall_s."""
+    if not isinstance(timings, dict) or not _secs(timings.get("wall_s")):
+        return None
+    stages = timings.get("stages") if isinstance(timings.get("stages"), dict) else {}
+    spans = sorted((v["start_s"], v["end_s"], n) for n, v in stages.items() if isinstance(v, dict)
+                   and _secs(v.get("start_s")) and _secs(v.get("end_s")) and v["end_s"] - v["start_s"] >= 0.05)
+    line = f"- run: {timings['wall_s']:.0f}\u00a0s wall"
+    if timings.get("mode") in ("overlapped", "sequential"):
+        line += f" ({timings['mode']})"
+    if spans:
+        line += ": " + " · ".join(f"{text(n)} {a:.0f}\u2013{b:.0f}\u00a0s" for a, b, n in spans)
+    return line
 
 
 def report_blocks(view: PackView) -> list[Block]:

@@ -50,6 +50,9 @@ class StageContext:
     dir: Path  # pack_dir / NAME, created before run()
     repo: Path  # repository root
     options: dict[str, Any] = field(default_factory=dict)  # CLI options (suite, variants filter, ...)
+    # the scheduler's shared GPU slots (procs.SlotPool folder, outside the pack); None outside a scheduled run.
+    # How cells were placed, never what they check: it is not an option and not in the pack.
+    slots: Path | None = None
 
 
 def progress(message: str) -> None:

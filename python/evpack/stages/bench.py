@@ -45,17 +45,18 @@ from ..timing import summary as sm
 from ..timing.suites import ADHOC, Suite, load_suite, with_adhoc
 from . import bench_canaries, bench_outcome, bench_shards
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
+from .order import declared
 
 NAME = "bench"
-NEEDS_GPU = True
-TIMEOUT_S = 900  # full suite budget 8 min + ceilings, build load and plots
-REQUIRED_FILES = ("bench.log", "run.json", "samples.csv.gz", "summary.json*", "ceilings.json", "clocks.json")  # raw files a stage that decided pass/fail keeps (verify requires them)
-BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
+SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
+NEEDS_GPU, TIMEOUT_S = SPEC.needs_gpu, SPEC.timeout_s
+REQUIRED_FILES = SPEC.required_files  # raw files a stage that decided keeps (verify requires them)
+BINARY_RECORD = SPEC.binary_record  # the record of the binary a passing stage loaded
 REQUIRED = (sm.SAMPLES_FILE, "ceilings.json", "run.json", "clocks.json", "binary.json")  # and the summary
 META_KEYS = bench_outcome.META_KEYS
 CANARY = bench_canaries.SIDE_STREAM
 CANARY_FILE = bench_canaries.FILES[CANARY]
-CANARIES = bench_canaries.NAMES  # every canary whose gate is this stage
+CANARIES = SPEC.canaries  # every canary whose gate is this stage: bench_canaries.NAMES
 INTEGRITY_FILE = "integrity.json"
 GPU_LIMITS_FILE = "gpu_limits.json"
 PROBE_SEED = 0x9B0BE

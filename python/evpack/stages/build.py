@@ -20,11 +20,12 @@ from ..model import PackFacts
 from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from . import build_triton
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, progress, read_json, write_json
+from .order import declared
 
 NAME = "build"
-NEEDS_GPU = False
-TIMEOUT_S = 3600
-REQUIRED_FILES = ("result.json", "build.log")  # raw files a stage that decided pass/fail keeps (verify requires them)
+SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
+NEEDS_GPU, TIMEOUT_S = SPEC.needs_gpu, SPEC.timeout_s
+REQUIRED_FILES = SPEC.required_files  # raw files a stage that decided keeps (verify requires them)
 MODULES = {"_C": "binary.json", "_canaries": "binary_canaries.json"}
 # The ninja and the compiler cache (ccache/sccache, with this build's hits and misses) the build ran:
 # python/evpack/buildtools.py. A view for people; nothing is decided from it.

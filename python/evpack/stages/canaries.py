@@ -9,12 +9,13 @@ from ..model import REQUIRED_CANARIES, SCHEMA_VERSION
 from ..records.canary import MatrixRow, PlantedCanary, canary_records
 from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
+from .order import declared
 
 NAME = "canaries"
-NEEDS_GPU = False
-TIMEOUT_S = 60
-REQUIRED_FILES = ("expected.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
-DERIVE_READS_STAGES = True  # derive() reads the outcomes of the stages that ran the canaries
+SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
+NEEDS_GPU, TIMEOUT_S = SPEC.needs_gpu, SPEC.timeout_s
+REQUIRED_FILES = SPEC.required_files  # raw files a stage that decided keeps (verify requires them)
+DERIVE_READS_STAGES = SPEC.reads_stages  # derive() reads the outcomes of the stages that ran the canaries
 SOURCE_STAGE = {"memcheck": "sanitize", "racecheck": "sanitize", "initcheck": "sanitize",
                 "synccheck": "sanitize", "correctness": "correctness", "stability": "stability",
                 "tensor_proof": "tensor_proof", "bench": "bench"}

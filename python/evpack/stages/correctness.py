@@ -27,16 +27,17 @@ from ..records.canary import OBSERVED_FIRST, CanaryRecord
 from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .canaries import pack_schema
-from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, variants_to_run
+from .order import declared
+from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, stage_pool, variants_to_run
 
 NAME = "correctness"
-NEEDS_GPU = True
-TIMEOUT_S = 1500
-REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
-BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
+SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
+NEEDS_GPU, TIMEOUT_S = SPEC.needs_gpu, SPEC.timeout_s
+REQUIRED_FILES = SPEC.required_files  # raw files a stage that decided keeps (verify requires them)
+BINARY_RECORD = SPEC.binary_record  # the record of the binary a passing stage loaded
 CANARY = "canary_wrong_result"
 FAMILY_CANARY = "canary_input_family"  # right on normal / Student-t / sharp inputs, wrong on a structured family
-CANARIES = (CANARY, "canary_partial_write", "canary_input_mutation", FAMILY_CANARY)
+CANARIES = SPEC.canaries  # CANARY, ..., FAMILY_CANARY
 SHORTCUT_FILE = "shortcut_inputs.json"
 SHORTCUT_GENERATOR = 2  # bump when shortcut_cases changes what a seed gives (older ones stay re-derivable)
 KNOWN_GENERATORS = (1, 2)
@@ -91,7 +92,8 @@ def run(ctx: StageContext) -> None:
     write_json(ctx.dir / SHORTCUT_FILE, {"generator": SHORTCUT_GENERATOR, "seed": seed,
                                          "cases": shortcut_cases(seed)})
     jobs = oracle_jobs(ctx.repo, ctx.dir, [v.name for v in variants_to_run(ctx)], CANARIES, seed)
-    run_jobs(jobs, ctx.dir, ctx.repo, gpus=ctx.options.get("gpus"))
+    pool = stage_pool(ctx)  # a scheduled run: the cells share the GPU's slots with the other checks
+    run_jobs(jobs, ctx.dir, ctx.repo, gpus=ctx.options.get("gpus"), parallel=None if pool else 1, pool=pool)
     record_binary(ctx.dir, [ctx.dir / f"{j.name}.json" for j in jobs if j.name not in CANARIES])
     for j in jobs:
         store_result(ctx.dir / f"{j.name}.json")
@@ -109,6 +111,11 @@ def store_result(path: Path) -> None:
     path.unlink()
 
 
+# Seconds a cell took on an H200 (artifacts/reference/evidence-quick-20261124T160555Z.log): only the order in
+# which a pool starts cells (longest first) depends on them.
+EST_VARIANT_S, EST_CANARY_S = 25.0, 11.0
+
+
 def oracle_jobs(repo: Path, stage_dir: Path, variants: list[str], canaries, seed: int,
                 quick: bool = False) -> list[Job]:
     """One oracle process per variant (the full grid, or with `quick` the reduced one, + the seeded shortcut set)
@@ -116,11 +123,12 @@ def oracle_jobs(repo: Path, stage_dir: Path, variants: list[str], canaries, seed
     its families can catch it)."""
     grid = ("--quick",) if quick else ()
     jobs = [Job(v, oracle_cmd(repo, "correctness.py", "--variant", v, *grid, "--shortcut-seed", str(seed),
-                              "--out", str(stage_dir / f"{v}.json")), 900) for v in variants]
+                              "--out", str(stage_dir / f"{v}.json")), 900, est_s=EST_VARIANT_S, forkable=True)
+            for v in variants]
     for c in canaries:
         family = ("--shortcut-seed", str(seed)) if c == FAMILY_CANARY else ()
         jobs.append(Job(c, oracle_cmd(repo, "correctness.py", "--variant", c, "--quick", *family, "--out",
-                                      str(stage_dir / f"{c}.json")), 300))
+                                      str(stage_dir / f"{c}.json")), 300, est_s=EST_CANARY_S, forkable=True))
     return jobs
 
 

@@ -1,6 +1,13 @@
-"""One process per cell: the GPU stages' isolation unit (a crash or hang loses one cell, not the stage)."""
+"""One process per cell: the GPU stages' isolation unit (a crash or hang loses one cell, not the stage).
+
+Cells of stages that run at the same time share one pool of slots per GPU (`SlotPool`): a slot is a lock
+file (fcntl.flock) in a folder outside the pack that the scheduler makes, so the stages' own processes
+need no broker, and a process that dies releases its slots with it.
+"""
 from __future__ import annotations
 
+import fcntl
+import json
 import logging
 import os
 import queue
@@ -25,6 +32,118 @@ class Job:
     cmd: list[str]
     timeout_s: int
     env: dict[str, str] = field(default_factory=dict)
+    est_s: float = 0.0  # expected seconds: a pool runs the longest first (ties keep list order)
+    forkable: bool = False  # `python oracles/<x>.py ...` needing no environment of its own (stages/forkserver.py)
+
+
+POOL_FILE = "pool.json"
+
+
+@dataclass(frozen=True)
+class SlotPool:
+    """`per_gpu` slots per GPU shared by every stage process given this folder (see module docstring).
+    `gpus`: the run's options["gpus"] (None: one unnamed default device)."""
+    dir: Path
+    per_gpu: int
+    gpus: tuple | None = None
+    fork: bool = False  # a fork server per GPU runs the forkable cells (stages/forkserver.py)
+
+    def write(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "progress").mkdir(exist_ok=True)
+        (self.dir / POOL_FILE).write_text(json.dumps({"per_gpu": self.per_gpu, "gpus": self.gpus, "fork": self.fork}),
+                                          encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> SlotPool:
+        rec = json.loads((Path(folder) / POOL_FILE).read_text(encoding="utf-8"))
+        return cls(Path(folder), int(rec["per_gpu"]), tuple(rec["gpus"]) if rec.get("gpus") else None,
+                   bool(rec.get("fork")))
+
+    @property
+    def size(self) -> int:
+        return self.per_gpu * (len(self.gpus) if self.gpus else 1)
+
+    def slots(self) -> list[tuple[dict | None, int]]:
+        """(gpu, slot number) for every slot, slot 0 of each GPU first (cells spread over the GPUs)."""
+        gpus = list(self.gpus) if self.gpus else [None]
+        return [(g, k) for k in range(self.per_gpu) for g in gpus]
+
+    def _lock_path(self, gpu: dict | None, k: int) -> Path:
+        return self.dir / f"gpu{'-' if gpu is None else gpu['index']}.slot{k}.lock"
+
+    def _try(self, gpu: dict | None, k: int):
+        f = open(self._lock_path(gpu, k), "a")  # noqa: SIM115 - held while the cell runs
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            return None
+        return f
+
+    def _free(self) -> int:
+        """Slots free now (a probe: a slot taken meanwhile is found out when it is tried)."""
+        free = 0
+        for gpu, k in self.slots():
+            f = self._try(gpu, k)
+            if f is not None:
+                free += 1
+                f.close()
+        return free
+
+    def _ahead(self, mine: tuple[float, int]) -> int:
+        """Cells of live processes waiting before `mine` ((-est_s, ticket time)): longer ones, then older ones."""
+        n = 0
+        for name in os.listdir(self.dir / "waiting"):
+            try:
+                neg_est, t, pid = name.split("_")[:3]
+                key = (float(neg_est), int(t))
+                os.kill(int(pid), 0)
+            except (ValueError, ProcessLookupError):
+                continue  # not a ticket, or its process is gone
+            except PermissionError:
+                pass
+            n += key < mine
+        return n
+
+    def acquire(self, poll_s: float = 0.1, est_s: float = 0.0) -> tuple[dict | None, int, object]:
+        """Block until a slot is free for this cell; returns (gpu, slot, handle); pass the handle to release().
+        Cells waiting in any process of the run take free slots longest first (est_s), then first come."""
+        waiting = self.dir / "waiting"
+        waiting.mkdir(exist_ok=True)
+        mine = (-float(est_s), time.monotonic_ns())
+        ticket = waiting / f"{mine[0]}_{mine[1]}_{os.getpid()}_{threading.get_ident()}"
+        ticket.touch()
+        try:
+            while True:
+                if self._ahead(mine) < self._free():
+                    for gpu, k in self.slots():
+                        f = self._try(gpu, k)
+                        if f is not None:
+                            return gpu, k, f
+                time.sleep(poll_s)
+        finally:
+            ticket.unlink(missing_ok=True)
+
+    @staticmethod
+    def release(handle) -> None:
+        handle.close()  # closing the file releases its flock
+
+    def report(self, stage: str, done: int, total: int) -> None:
+        """Cells done of total for the scheduler's progress line (in the pool folder, never the pack)."""
+        tmp = self.dir / "progress" / f".{stage}.tmp"
+        tmp.write_text(json.dumps({"done": done, "total": total}), encoding="utf-8")
+        tmp.replace(self.dir / "progress" / f"{stage}.json")
+
+    def progress(self) -> dict[str, tuple[int, int]]:
+        out = {}
+        for p in sorted((self.dir / "progress").glob("*.json")):
+            try:
+                rec = json.loads(p.read_text(encoding="utf-8"))
+                out[p.stem] = (int(rec["done"]), int(rec["total"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return out
 
 
 def oracle_cmd(repo: Path, program: str, *args: str) -> list[str]:
@@ -71,13 +190,23 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
                 continue
 
 
-def _run_one(job: Job, stage_dir: Path, repo: Path, gpu: dict | None = None) -> dict:
+def _run_one(job: Job, stage_dir: Path, repo: Path, gpu: dict | None = None, pool: SlotPool | None = None) -> dict:
     env = dict(job.env)
     if gpu is not None:  # the cell sees its GPU alone, as device 0
         env["CUDA_VISIBLE_DEVICES"] = gpu["uuid"]
-    run = run_isolated(job.cmd, stage_dir / f"{job.name}.log", repo=repo, timeout_s=job.timeout_s, env=env)
+    log_path, run = stage_dir / f"{job.name}.log", None
+    if pool is not None and pool.fork and job.forkable and not job.env:
+        from . import forkserver  # noqa: PLC0415
+
+        run = forkserver.run_forked(forkserver.socket_path(pool.dir, gpu), job.cmd, log_path, cwd=repo,
+                                    timeout_s=job.timeout_s)  # None: no server answered, a process of its own
+    ran = "forked" if run is not None else "process"
+    if run is None:
+        run = run_isolated(job.cmd, log_path, repo=repo, timeout_s=job.timeout_s, env=env)
     rec = {"cmd": job.cmd, "env": job.env, "returncode": run["returncode"], "timed_out": run["timed_out"],
            "duration_s": round(run["duration_s"], 2)}
+    if pool is not None:
+        rec["ran"] = ran  # how the cell's process was made: forked by the GPU's fork server, or started
     if gpu is not None:
         rec["gpu"] = {"index": gpu["index"], "uuid": gpu["uuid"]}
     return rec
@@ -89,29 +218,49 @@ def gpu_slots(gpus: list[dict] | None, parallel: int) -> list[dict | None]:
     return [g for g in gpus for _ in range(per)] if gpus else [None] * per
 
 
-def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int = 1,
-             gpus: list[dict] | None = None) -> dict:
-    """Run jobs on a pool, record procs.json; returns {name: record}.
+def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int | None = 1,
+             gpus: list[dict] | None = None, pool: SlotPool | None = None) -> dict:
+    """Run jobs on a pool, record procs.json; returns {name: record} (in the jobs' order).
 
     Without `gpus`: up to `parallel` cells at a time on the process's default device. With `gpus`
     (options["gpus"]: several GPUs, or --gpus): `parallel` slots per GPU; a cell takes a free slot,
     runs with CUDA_VISIBLE_DEVICES set to that GPU's UUID, and its record names the GPU (index, UUID).
-    Cells are handed out in list order, so a list with the longest cells first balances best.
+    With `pool` (the scheduler's shared slots): every cell holds one of the pool's slots while it runs,
+    so stages running at the same time share the GPUs; `parallel` (per GPU) then caps this stage's own
+    cells, None for no cap of its own. Cells start longest first (Job.est_s; ties keep list order).
     Logs one progress line per finished cell: cells done of total, elapsed, an estimate of the rest.
     """
     records: dict[str, dict] = {}
     t0, done, lock = time.monotonic(), [0], threading.Lock()
-    slots = gpu_slots(gpus, parallel)
-    free: queue.SimpleQueue = queue.SimpleQueue()
-    for slot in slots:
-        free.put(slot)
+    order = sorted(jobs, key=lambda j: -j.est_s)
+    stage = stage_dir.name
+    if pool is not None:
+        cap = pool.size if parallel is None else max(1, parallel) * (len(pool.gpus) if pool.gpus else 1)
+        workers = max(1, min(cap, pool.size, len(jobs)))
+        pool.report(stage, 0, len(jobs))
+    else:
+        slots = gpu_slots(gpus, parallel or 1)
+        workers = len(slots)
+        free: queue.SimpleQueue = queue.SimpleQueue()
+        for slot in slots:
+            free.put(slot)
 
     def go(job: Job) -> tuple[str, dict]:
-        gpu = free.get()
-        try:
-            rec = _run_one(job, stage_dir, repo, gpu)
-        finally:
-            free.put(gpu)
+        start = time.monotonic() - t0
+        if pool is not None:
+            gpu, k, handle = pool.acquire(est_s=job.est_s)
+            try:
+                rec = _run_one(job, stage_dir, repo, gpu, pool)
+            finally:
+                pool.release(handle)
+            rec["slot"] = {"gpu": None if gpu is None else gpu["index"], "slot": k}
+        else:
+            gpu = free.get()
+            try:
+                rec = _run_one(job, stage_dir, repo, gpu)
+            finally:
+                free.put(gpu)
+        rec["start_s"], rec["end_s"] = round(start, 2), round(time.monotonic() - t0, 2)
         state = "timed out" if rec["timed_out"] else f"rc={rec['returncode']}"
         where = f" on GPU {gpu['index']}" if gpu is not None else ""
         with lock:
@@ -120,13 +269,21 @@ def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int = 1,
             left = elapsed / done[0] * (len(jobs) - done[0])
             log.info("    [%d/%d] %s%s: %s (%.1f s); %.0f s elapsed, ~%.0f s left", done[0], len(jobs), job.name,
                      where, state, rec["duration_s"], elapsed, left)
+            if pool is not None:
+                pool.report(stage, done[0], len(jobs))
         return job.name, rec
 
-    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
-        for name, rec in pool.map(go, jobs):
-            records[name] = rec
+    with ThreadPoolExecutor(max_workers=workers) as pool_threads:
+        ran = dict(pool_threads.map(go, order))
+    for job in jobs:  # procs.json keeps the stage's own order of cells, whatever order they ran in
+        records[job.name] = ran[job.name]
     write_json(stage_dir / PROCS_FILE, records)
     return records
+
+
+def stage_pool(ctx) -> SlotPool | None:
+    """The shared slot pool of a scheduled run (StageContext.slots), None outside one."""
+    return SlotPool.load(ctx.slots) if getattr(ctx, "slots", None) else None
 
 
 def proc_problem(stage_dir: Path, name: str) -> str | None:

@@ -35,13 +35,14 @@ from .kernel_rows import (
     unknown_built,
     write_csv,
 )
+from .order import declared
 
 NAME = "ptxas"
-NEEDS_GPU = False
-TIMEOUT_S = 300
+SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
+NEEDS_GPU, TIMEOUT_S = SPEC.needs_gpu, SPEC.timeout_s
+REQUIRED_FILES = SPEC.required_files  # raw files a stage that decided keeps (verify requires them)
 SCHEMA_VERSION = 1
 
-REQUIRED_FILES = ("table.csv", "table.json")  # the stage's tables (the raw logs are build/ptxas/*.log)
 # Column order of table.csv / table.json rows.
 ROW_KEYS = (
     "object", "arch", "symbol", "variant", "config", "dtype", "head_dim", "kind", "canary",

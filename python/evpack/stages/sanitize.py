@@ -11,13 +11,14 @@ from ..records.canary import CanaryRecord
 from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from ..tools import find_tool
 from .base import ERROR, PASS, StageContext, StageOutcome, read_json, worst, write_json
-from .procs import Job, oracle_cmd, run_jobs, selected_variants, variants_to_run
+from .order import declared
+from .procs import Job, oracle_cmd, run_jobs, selected_variants, stage_pool, variants_to_run
 
 NAME = "sanitize"
-NEEDS_GPU = True
-TIMEOUT_S = 900
-REQUIRED_FILES = ("procs.json", "run.json")  # raw files a stage that decided pass/fail keeps (verify requires them)
-BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
+SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
+NEEDS_GPU, TIMEOUT_S = SPEC.needs_gpu, SPEC.timeout_s
+REQUIRED_FILES = SPEC.required_files  # raw files a stage that decided keeps (verify requires them)
+BINARY_RECORD = SPEC.binary_record  # the record of the binary a passing stage loaded
 CELL_TIMEOUT_S = 240
 EXIT_CODE = 86  # --error-exitcode: tells "the tool found errors" from a crash
 CANARY_FOR = {c.expect_caught_by: c.name for c in registry.CANARIES if c.expect_caught_by in TOOLS}
@@ -67,7 +68,8 @@ def run(ctx: StageContext) -> None:
               if tool_limits(tool, v.name)}
     write_json(ctx.dir / "run.json", {"parallel": PARALLEL, "gpus": ctx.options.get("gpus"), "cell_timeout_s": CELL_TIMEOUT_S, "env": ENV,
                                       "tool_limits": limits})
-    run_jobs(jobs, ctx.dir, ctx.repo, parallel=PARALLEL, gpus=ctx.options.get("gpus"))
+    # a scheduled run: the cells share the GPU's slots with the other checks (PARALLEL stays this stage's cap)
+    run_jobs(jobs, ctx.dir, ctx.repo, parallel=PARALLEL, gpus=ctx.options.get("gpus"), pool=stage_pool(ctx))
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:

@@ -41,12 +41,13 @@ from .kernel_rows import (
     unknown_built,
     write_csv,
 )
+from .order import declared
 
 NAME = "sass"
-NEEDS_GPU = False
-TIMEOUT_S = 900
-REQUIRED_FILES = ("run.json", "*.sass.?z", "table.csv", "table.json", "histogram.csv*", "histogram.json")  # raw files a stage that decided pass/fail keeps (verify requires them)
-BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
+SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
+NEEDS_GPU, TIMEOUT_S = SPEC.needs_gpu, SPEC.timeout_s
+REQUIRED_FILES = SPEC.required_files  # raw files a stage that decided keeps (verify requires them)
+BINARY_RECORD = SPEC.binary_record  # the record of the binary a passing stage loaded
 SCHEMA_VERSION = 1
 # A quick pack's dump is 34 MB of text (53 kernels x 4 archs, CUDA 13.0): 2.8 MB gzip-compressed, 0.65 MB in xz
 # (packfs.XZ_PRESET); the pack keeps cuobjdump's stdout byte for byte inside an xz stream (no timestamp:

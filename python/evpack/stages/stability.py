@@ -23,26 +23,31 @@ from ..records.canary import OBSERVED_FIRST, CanaryRecord
 from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst
 from .canaries import pack_schema
-from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, variants_to_run
+from .order import declared
+from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, stage_pool, variants_to_run
 
 NAME = "stability"
-NEEDS_GPU = True
-TIMEOUT_S = 1200
-REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
-BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
+SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
+NEEDS_GPU, TIMEOUT_S = SPEC.needs_gpu, SPEC.timeout_s
+REQUIRED_FILES = SPEC.required_files  # raw files a stage that decided keeps (verify requires them)
+BINARY_RECORD = SPEC.binary_record  # the record of the binary a passing stage loaded
 CANARY = "canary_second_launch"
 CAPTURE_CANARY, ALIAS_CANARY = "canary_capture_aware", "canary_output_alias"
-CANARIES = (CANARY, "canary_memo", "canary_wrong_stream", CAPTURE_CANARY, ALIAS_CANARY)
+CANARIES = SPEC.canaries  # CANARY, ..., CAPTURE_CANARY, ALIAS_CANARY
 # The check each of these canaries must be caught by (the others: any failure of this gate).
 CANARY_CHECK = {CAPTURE_CANARY: "graph_kernel", ALIAS_CANARY: "alias"}
 NEW_CHECKS_SCHEMA = 3  # packs of this schema on record the graph nodes and the aliasing phase
 DIAG_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "TORCH_USE_CUDA_DSA": "1"}
 LAUNCHES = 1000
+# Seconds a cell took on an H200 (artifacts/reference/evidence-quick-20261124T160555Z.log): only the order in
+# which a pool starts cells (longest first) depends on them.
+EST_VARIANT_S, EST_DIAGNOSTIC_S, EST_CANARY_S = 15.0, 12.0, 14.0
 
 
 def run(ctx: StageContext) -> None:
     jobs = oracle_jobs(ctx.repo, ctx.dir, [v.name for v in variants_to_run(ctx)], CANARIES)
-    run_jobs(jobs, ctx.dir, ctx.repo, gpus=ctx.options.get("gpus"))
+    pool = stage_pool(ctx)  # a scheduled run: the cells share the GPU's slots with the other checks
+    run_jobs(jobs, ctx.dir, ctx.repo, gpus=ctx.options.get("gpus"), parallel=None if pool else 1, pool=pool)
     record_binary(ctx.dir, [ctx.dir / f"{j.name}.json" for j in jobs if j.name not in CANARIES])
 
 
@@ -52,14 +57,15 @@ def oracle_jobs(repo: Path, stage_dir: Path, variants: list[str], canaries, laun
     jobs = []
     for v in variants:
         jobs.append(Job(v, oracle_cmd(repo, "stability.py", "--variant", v, "--launches", str(launches), "--out",
-                                      str(stage_dir / f"{v}.json")), 300))
+                                      str(stage_dir / f"{v}.json")), 300, est_s=EST_VARIANT_S,
+                        forkable=True))
         if diagnostic:
             jobs.append(Job(f"{v}.diagnostic", oracle_cmd(repo, "stability.py", "--variant", v, "--launches", "100",
                                                           "--out", str(stage_dir / f"{v}.diagnostic.json")),
-                            300, env=DIAG_ENV))
+                            300, env=DIAG_ENV, est_s=EST_DIAGNOSTIC_S))
     for c in canaries:
         jobs.append(Job(c, oracle_cmd(repo, "stability.py", "--variant", c, "--launches", str(launches), "--out",
-                                      str(stage_dir / f"{c}.json")), 300))
+                                      str(stage_dir / f"{c}.json")), 300, est_s=EST_CANARY_S, forkable=True))
     return jobs
 
 

@@ -18,19 +18,20 @@ from ..records.canary import OBSERVED_FIRST, CanaryRecord
 from ..reporting.markdown import text  # report_md: every pack value escaped
 from ..tools import find_tool
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
+from .order import declared
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, variants_to_run
 
 NAME = "tensor_proof"
-NEEDS_GPU = True
-TIMEOUT_S = 900
-REQUIRED_FILES = ("procs.json",)  # raw files a stage that decided pass/fail keeps (verify requires them)
-BINARY_RECORD = "binary.json"  # a passing stage keeps the record of the binary it loaded (verify requires it)
+SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
+NEEDS_GPU, TIMEOUT_S = SPEC.needs_gpu, SPEC.timeout_s
+REQUIRED_FILES = SPEC.required_files  # raw files a stage that decided keeps (verify requires them)
+BINARY_RECORD = SPEC.binary_record  # the record of the binary a passing stage loaded
 CANARY = "canary_decoy_hmma"
 # Decoys of other kernel languages (tensor instructions in the binary, the math on CUDA cores), judged like
 # CANARY; a pack made before one existed has no run of it, and none is required of it.
 LANGUAGE_DECOYS = ("canary_triton_decoy",)
 FOREIGN_CANARY = "canary_foreign_work"
-CANARIES = (CANARY, *LANGUAGE_DECOYS, FOREIGN_CANARY)
+CANARIES = SPEC.canaries  # (CANARY, *LANGUAGE_DECOYS, FOREIGN_CANARY)
 
 
 def run(ctx: StageContext) -> None:
