@@ -14,6 +14,8 @@ Roles:
   SIGNED       a signed pack: FULL when there is one, else the newest signed pack
   SIGNED_ALL   every signed pack, newest first
   UNSIGNED     the newest unsigned pack
+  OTHER_SIGNED a signed pack other than SIGNED (the newest such)
+  SHARDED      the newest pack whose benchmark ran in shards over several GPUs (bench/shards.json)
   SIGNERS      artifacts/reference/allowed_signers
   SAME_COMMIT_AB  two or more schema-2 packs of one clean commit and suite, each with a same-run A/B
                   (bench/ab.json): the packs whose real samples test_ab.py's older checks were written on
@@ -108,13 +110,16 @@ INCREMENTAL = _newest(p for p in ALL if p.carried)
 SIGNED_ALL: tuple[Path, ...] = tuple(reversed([p.path for p in ALL if p.signed]))
 SIGNED = FULL or (SIGNED_ALL[0] if SIGNED_ALL else None)
 UNSIGNED = _newest(p for p in ALL if not p.signed)
+OTHER_SIGNED = next((p for p in SIGNED_ALL if p != SIGNED), None)
+SHARDED = _newest(p for p in ALL if (p.path / "bench" / "shards.json").is_file())
 SAME_COMMIT_AB = same_commit(2, ab=True)
 SAME_COMMIT_V1 = same_commit(1, ab=False)
 
 WHAT = {"COMPAT": "the compatibility fixture (a pack of the oldest schema)",
         "FULL": "a signed full-suite pack", "DEFAULT": f"a default-suite ({DEFAULT_SUITE}) pack",
         "INCREMENTAL": "a pack that carried cells from an earlier pack", "SIGNED": "a signed pack",
-        "UNSIGNED": "an unsigned pack", "SIGNERS": "the allowed_signers file"}
+        "UNSIGNED": "an unsigned pack", "SIGNERS": "the allowed_signers file",
+        "OTHER_SIGNED": "a second signed pack", "SHARDED": "a pack whose benchmark ran in shards over GPUs"}
 
 
 def info(path: Path) -> RefPack:
