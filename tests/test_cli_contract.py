@@ -228,7 +228,7 @@ def test_dispatch_table_check_and_refusals(tmp_path, fake_env):
     assert ok.returncode == 0 and "up to date" in ok.stdout
     stale = tmp_path / "table.json"
     stale.write_text("{}\n")
-    assert run_cli("dispatch-table", reference.skip_unless(reference.COMPAT, "COMPAT").name, "--check", "--out",
+    assert run_cli("dispatch-table", reference.skip_unless(reference.FULL, "FULL").name, "--check", "--out",
                    str(stale)).returncode == 1
     env = fake_env({})
     pack = fake_pack(tmp_path / "packs")
