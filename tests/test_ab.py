@@ -2,6 +2,7 @@
 REF validation, the worktree + build of a base, loading two copies of an extension, CLI errors."""
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import shutil
@@ -10,15 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+import reference
+from conftest import REPO, TESTS, run_cli
 
 from evpack.stages import bench as bench_stage
 from evpack.timing import ab, ab_stage, baseline_build
 from evpack.timing.summary import read_samples, records_of
 
-# the full-suite reference packs (672 rows each): the real per-call samples the rule is checked on
-REF_PACKS = sorted(p for p in (REPO / "artifacts" / "reference").glob("2026*")
-                   if json.loads((p / "pack.json").read_text())["options"].get("suite") == "full")
+# the full-suite reference packs: the real per-call samples the rule is checked on
+REF_PACKS = [p.path for p in reference.ALL if p.suite == "full"]
 SHAPE = "B=16,H=16,S=512,D=64,dtype=fp16,causal=0"
 
 
@@ -120,14 +121,10 @@ def test_self_ab_on_real_samples_of_the_reference_packs(pack):
     assert full[ab.SLOWER] == 0 and full[ab.SAME] / len(samples) >= 0.98, full
 
 
-# -- rule version 2 on the real samples of the two same-commit A/B packs ----------------------------
-AB_PACKS = [REPO / "artifacts" / "reference" / name for name in
-            ("20261123T005227Z-5cbc2fa93b94", "20261123T010017Z-5cbc2fa93b94")]
-
-
+# -- rule version 2 on real same-commit A/B samples --------------------------------------------------
 def _ab_pairs(pack: Path) -> dict[str, tuple[list[float], list[float]]]:
     """{head key: (head samples, base samples)} of a pack's A/B: real same-run H200 samples of one binary (the
-    first pack is a --self-check; the second's base, 342053f, has the same scalar/wmma/mma code)."""
+    first schema-2 pack is a --self-check; the second's base, 342053f, has the same scalar/wmma/mma code)."""
     from evpack.timing.shards import shard_dirs
 
     out = {}
@@ -157,9 +154,99 @@ def _decide(first: dict, second: dict, slow_variant: str | None = None, factor: 
     return ab.build_ab(_meta(), rows, heads, base_rows, bases, confirm=confirm)
 
 
-@pytest.mark.skipif(not all(p.is_dir() for p in AB_PACKS), reason="needs the two committed A/B reference packs")
+def _planted_slowdown_reads_slower(a: dict, b: dict, variant: str) -> None:
+    """Every row of `variant`, head side x 1.05 in both rounds, is SLOWER; no row of another variant is."""
+    out = _decide(a, b, slow_variant=variant)
+    mine = [e for e in out["rows"] if e["variant"] == variant]
+    assert mine and all(e["verdict"] == ab.SLOWER for e in mine), \
+        [(e["key"], e["reason"]) for e in mine if e["verdict"] != ab.SLOWER][:3]
+    assert all(e["verdict"] != ab.SLOWER for e in out["rows"] if e["variant"] != variant)
+    assert sorted(out["regressions"]) == sorted(e["key"] for e in mine)
+
+
+# Three quick-suite --self-check packs of one commit, made one after the other on one H200 (2026-11-24): each
+# row's head and base samples and the pack's ab.json rows (tests/fixtures/ab_selfcheck, extract.py there).
+SELFCHECK = sorted((TESTS / "fixtures" / "ab_selfcheck").glob("*.json.xz"))
+
+
+def _selfcheck(path: Path) -> dict:
+    import lzma
+
+    data = json.loads(lzma.decompress(path.read_bytes()))
+
+    def times(deltas: list[int]) -> list[float]:
+        out, acc = [], 0
+        for d in deltas:
+            acc += d
+            out.append(acc / data["scale"])
+        return out
+
+    data["pairs"] = {k: (times(s["head"]), times(s["base"])) for k, s in data["samples"].items()}
+    return data
+
+
+@pytest.fixture(scope="module")
+def selfcheck() -> list[dict]:
+    assert len(SELFCHECK) == 3, f"tests/fixtures/ab_selfcheck holds {len(SELFCHECK)} packs' samples, not 3"
+    return [_selfcheck(p) for p in SELFCHECK]
+
+
+def test_selfcheck_fixture_re_derives_each_packs_ab_json(selfcheck):
+    """The fixture is what the packs measured: rule version 2 over its samples gives back every ab.json row as
+    the pack wrote it (statistics, intervals, p-values, verdicts, reasons), and its counts."""
+    for pack in selfcheck:
+        assert pack["ab"]["self_check"] is True and pack["ab"]["rule_version"] == 2 and pack["ab"]["confirm_keys"] == []
+        out = _decide(pack["pairs"], pack["pairs"])
+        assert out["rows"] == pack["rows"], pack["source_pack"]
+        assert out["counts"] == pack["ab"]["counts"] and out["confirm_keys"] == []
+        assert {e["variant"] for e in out["rows"]} == {"scalar", "wmma", "mma", "wgmma"}
+
+
+def _selfcheck_variants(selfcheck: list[dict]) -> list[str]:
+    return sorted({k.split("|")[1] for pack in selfcheck for k in pack["pairs"]})
+
+
+def test_identical_commit_is_never_a_regression_on_real_selfcheck_samples(selfcheck):
+    """Each pack's round, confirmed (where rule version 2 asks) by another pack's measurement of the same rows:
+    0 SLOWER, 0 FASTER in all six (round, confirmation) pairs; then head and base from different runs."""
+    keys = set(selfcheck[0]["pairs"])
+    assert all(set(p["pairs"]) == keys for p in selfcheck) and len(keys) == 192
+    for first, second in itertools.permutations(selfcheck, 2):
+        out = _decide(first["pairs"], second["pairs"])
+        assert out["counts"][ab.SLOWER] == 0 and out["counts"][ab.FASTER] == 0, out["counts"]
+        assert out["counts"][ab.SAME] >= 0.98 * len(keys) and out["confirm_keys"] == [], out["counts"]
+    # head of one run, base of another, confirmed by the third: the run-to-run shift is never a regression
+    for x, y, z in itertools.permutations(selfcheck, 3):
+        cross = {k: (x["pairs"][k][0], y["pairs"][k][1]) for k in keys}
+        out = _decide(cross, z["pairs"])
+        assert out["counts"][ab.SLOWER] == 0, (x["source_pack"], y["source_pack"], out["counts"])
+
+
+@pytest.mark.parametrize("variant", ["scalar", "wmma", "mma", "wgmma"])
+def test_a_planted_5_percent_slowdown_reads_slower_on_real_selfcheck_samples(selfcheck, variant):
+    assert variant in _selfcheck_variants(selfcheck)
+    for first, second in itertools.permutations(selfcheck, 2):
+        _planted_slowdown_reads_slower(first["pairs"], second["pairs"], variant)
+    # every row of every variant, head side x 1.05 (the issue's "B side scaled by 1.05")
+    a, b = selfcheck[0]["pairs"], selfcheck[1]["pairs"]
+    slow = {k: ([t * 1.05 for t in h], s) for k, (h, s) in a.items()}
+    again = {k: ([t * 1.05 for t in h], s) for k, (h, s) in b.items()}
+    assert _decide(slow, again)["counts"][ab.SLOWER] == len(a)
+
+
+def test_every_variant_of_the_selfcheck_fixture_is_planted(selfcheck):
+    """The planted-slowdown test above names every evpack variant the fixture holds."""
+    assert _selfcheck_variants(selfcheck) == ["mma", "scalar", "wgmma", "wmma"]
+
+
+# the same on the two schema-2 packs of one commit (kept while they are in the tree)
+AB_PACKS = reference.SAME_COMMIT_AB
+_NO_AB_PACKS = "needs two reference packs of one commit with an A/B over the same rows (the schema-2 packs)"
+
+
+@pytest.mark.skipif(len(AB_PACKS) < 2, reason=_NO_AB_PACKS)
 def test_identical_commit_is_never_a_regression_on_real_samples():
-    a, b = (_ab_pairs(p) for p in AB_PACKS)
+    a, b = (_ab_pairs(p) for p in AB_PACKS[:2])
     assert len(a) == len(b) == 392 and set(a) == set(b)
     for first, second in ((a, b), (b, a)):
         out = _decide(first, second)
@@ -174,17 +261,12 @@ def test_identical_commit_is_never_a_regression_on_real_samples():
     assert all("not confirmed" in e["reason"] for e in out["rows"] if e["key"] in out["confirm_keys"])
 
 
-@pytest.mark.skipif(not all(p.is_dir() for p in AB_PACKS), reason="needs the two committed A/B reference packs")
+@pytest.mark.skipif(len(AB_PACKS) < 2, reason=_NO_AB_PACKS)
 @pytest.mark.parametrize("variant", ["mma", "wmma", "scalar"])
 def test_a_planted_5_percent_slowdown_reads_slower_on_every_row_of_its_variant(variant):
-    a, b = (_ab_pairs(p) for p in AB_PACKS)
+    a, b = (_ab_pairs(p) for p in AB_PACKS[:2])
     for first, second in ((a, b), (b, a)):
-        out = _decide(first, second, slow_variant=variant)
-        mine = [e for e in out["rows"] if e["variant"] == variant]
-        assert mine and all(e["verdict"] == ab.SLOWER for e in mine), \
-            [(e["key"], e["reason"]) for e in mine if e["verdict"] != ab.SLOWER][:3]
-        assert all(e["verdict"] != ab.SLOWER for e in out["rows"] if e["variant"] != variant)
-        assert sorted(out["regressions"]) == sorted(e["key"] for e in mine)
+        _planted_slowdown_reads_slower(first, second, variant)
     # every row of every variant, head side x 1.05 (the issue's "B side scaled by 1.05")
     out = _decide(a, b, slow_variant=None)
     assert out["counts"][ab.SLOWER] == 0
@@ -382,7 +464,8 @@ def test_ab_files_round_trip_and_tampering_is_found(tmp_path):
     assert ab_stage.derive(tmp_path, heads, hs, None) == (None, "")
 
 
-@pytest.mark.skipif(len(REF_PACKS) < 2, reason="needs the two reference packs of one commit")
+@pytest.mark.skipif(len(reference.SAME_COMMIT_V1) < 2,
+                    reason="needs two schema-1 reference packs of one commit without an A/B")
 @pytest.mark.parametrize("order", [(0, 1), (1, 0)])
 def test_bench_derive_reads_ab_json(tmp_path, order):
     """The bench stage's derive on a real stage folder: one reference pack is the head, the other's
@@ -390,7 +473,7 @@ def test_bench_derive_reads_ab_json(tmp_path, order):
     the two wmma warm rows that moved between them come out FASTER one way and SLOWER the other by the
     per-row rule; Benjamini-Hochberg keeps one of them as a candidate and, with no confirmation round,
     rule version 2 calls neither SLOWER)."""
-    head_pack, base_pack = REF_PACKS[order[0]], REF_PACKS[order[1]]
+    head_pack, base_pack = reference.SAME_COMMIT_V1[order[0]], reference.SAME_COMMIT_V1[order[1]]
     stage = tmp_path / "bench"
     shutil.copytree(head_pack / "bench", stage)
     plain = bench_stage.derive(stage, tmp_path)

@@ -24,6 +24,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+import reference
 from conftest import REPO, copy_pack, fake_pack, verify_fake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -32,14 +33,13 @@ from evpack.packfs import MAX_FILE_BYTES, MAX_INFLATED_BYTES, plain_name, read_g
 from evpack.provenance_check import check_provenance
 from evpack.verify import check_index, verify_all, verify_pack
 
-REF = REPO / "artifacts" / "reference"
-SIGNED = REF / "20261123T010017Z-5cbc2fa93b94"
-ALLOWED = REF / "allowed_signers"
+SIGNED = reference.SIGNED
+ALLOWED = reference.SIGNERS
 UNINDEXED = ("provenance.json", "provenance.json.sig")
 SIGNED_ARGS = ("--allowed-signers", str(ALLOWED), "--require-signature")
 
 
-pytestmark = pytest.mark.usefixtures("needs_ssh_keygen")
+pytestmark = [pytest.mark.usefixtures("needs_ssh_keygen"), reference.needs("SIGNED", "SIGNERS")]
 
 
 @pytest.fixture(scope="module")
@@ -336,10 +336,11 @@ def test_sass_records_never_name_a_dump_outside_the_pack(pack, trap, how):
     assert outcome.status == "error" and "is not a file name inside sass/" in outcome.reason, outcome.reason
 
 
+@reference.needs("SHARDED")
 def test_bench_shard_folders_never_lead_out_of_the_bench_folder(tmp_path):
     """The sharded reference pack: shards.json names each shard's folder. A folder named by a path out of
     bench/ (pipes waiting there) is a bad shard list, never read."""
-    pack = copy_pack(REF / "20261123T005227Z-5cbc2fa93b94", tmp_path / "copy")
+    pack = copy_pack(reference.SHARDED, tmp_path / "copy")
     outside = tmp_path / "outside"
     outside.mkdir()
     for name in ("summary.json", "run.json", "binary.json", "samples.csv.gz", "bench.log"):

@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, copy_pack, run_cli, verify_fake
+import reference
+from conftest import copy_pack, run_cli, verify_fake
 from test_attacks_pack_fs import bounded_cli
 from test_merge import env, member  # noqa: F401  (fixtures)
 from test_signing import allowed, keygen, keys, make_pack  # noqa: F401  (keys: a fixture)
@@ -26,16 +27,15 @@ from evpack.provenance_check import check_provenance
 from evpack.signing import load_signing_key, sign
 from evpack.verify import check_index
 
-REF = REPO / "artifacts" / "reference"
-SIGNED = REF / "20261123T010017Z-5cbc2fa93b94"
-OTHER_SIGNED = REF / "20261123T005227Z-5cbc2fa93b94"
-ALLOWED = REF / "allowed_signers"
+SIGNED = reference.SIGNED
+OTHER_SIGNED = reference.OTHER_SIGNED
+ALLOWED = reference.SIGNERS
 # A stand-in pack that verifies: every stage that passes records the binary it loaded (verify requires it).
 VERIFIES = {"binary": {s: "ab" * 32 for s in ("build", "sass", "tensor_proof", "sanitize", "correctness",
                                               "stability", "bench")}}
 
 
-pytestmark = pytest.mark.usefixtures("needs_ssh_keygen")
+pytestmark = [pytest.mark.usefixtures("needs_ssh_keygen"), reference.needs("SIGNED", "SIGNERS")]
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +116,9 @@ def test_own_keys_of_other_types_and_namespaces_are_refused(pristine, tmp_path, 
     assert any(needle in p for p in problems), problems
 
 
+@reference.needs("OTHER_SIGNED")
 def test_a_signature_moved_from_the_other_signed_pack_is_refused(pristine, tmp_path):
-    """Both packs are signed by the same allowed key: a statement and signature of one never vouch for the other."""
+    """Both packs are signed by an allowed key: a statement and signature of one never vouch for the other."""
     pack = copy_pack(pristine, tmp_path / "both")
     for name in ("provenance.json", "provenance.json.sig"):
         shutil.copyfile(OTHER_SIGNED / name, pack / name)

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import reference
 
 from evpack.model import ERROR, PASS
 from evpack.stages import bench, bench_shards
@@ -23,14 +24,13 @@ from evpack.timing.shards import SHARDS_FILE
 from evpack.timing.suites import load_suite
 
 REPO = Path(__file__).resolve().parents[1]
-REFERENCE = REPO / "artifacts" / "reference"
 COPIED = ("ceilings.json", "clocks.json", "binary.json", "canary_bench.json", "integrity.json", "bench.log",
           "ab_binary.json")
 
 
 def _single_gpu_bench_with_ab() -> Path:
     """The newest reference pack whose benchmark ran on one GPU with an A/B (bench/ab.json)."""
-    for pack in sorted(REFERENCE.iterdir(), reverse=True):
+    for pack in reversed(reference.PACKS):
         b = pack / "bench"
         if (b / "ab.json").is_file() and not (b / SHARDS_FILE).is_file():
             return b

@@ -8,7 +8,8 @@ import os
 import sys
 
 import pytest
-from conftest import FAKE, REPO, copy_pack, fake_pack, run_cli
+import reference
+from conftest import FAKE, copy_pack, fake_pack, run_cli
 
 from evpack import cli
 from evpack.jsonio import MAX_DEPTH, JsonFileError, nesting_depth, read_json
@@ -80,7 +81,6 @@ def test_unknown_label_format():
 
 # -- every command, any option, path or environment value: one line, exit 1 or 2, never a traceback -------
 
-REFERENCE = REPO / "artifacts" / "reference"
 
 
 def run_main(*args: str) -> tuple[int, str, str]:
@@ -243,8 +243,11 @@ def test_strict_reader_reads_what_packs_hold(tmp_path):
 def test_raw_oracle_files_of_the_reference_packs_keep_their_infinity():
     """The oracle programs write +-Infinity for a failed case (json.dump's default): the readers of those
     raw files pass allow_nan; every other file of a pack is strict."""
-    for pack in sorted(REFERENCE.glob("20261123T*")):
-        raw = pack / "correctness" / "canary_partial_write.json"
+    raws = [p / "correctness" / "canary_partial_write.json" for p in reference.PACKS]
+    raws = [r for r in raws if r.is_file()]
+    if not raws:
+        pytest.skip("no reference pack keeps the partial-write canary's raw oracle file")
+    for raw in raws:
         with pytest.raises(JsonFileError, match="Infinity is not JSON"):
             read_json(raw)
         assert any(r["max_err"] == float("inf") for r in read_json(raw, allow_nan=True)["rows"])

@@ -20,6 +20,7 @@ import stat
 from pathlib import Path
 
 import pytest
+import reference
 from conftest import FAKE, REPO, fake_pack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 from evpack.cli import main
 from evpack.model import UNINDEXED_FILES
 
-CPU_REFERENCE = REPO / "artifacts" / "reference" / "20261121T142707Z-b40b5c2fd4c6"  # schema 1, real stages
+CPU_REFERENCE = reference.COMPAT  # schema 1, unsigned, real stages
 LAST_RESORT = "internal error"
 DEEP = 100_000
 ODD_VALUES = (None, 0, -1, 2**70, 1e308, "", "x" * 300, [], {}, True, [[]], {"": None}, [1, "a", None],
@@ -224,6 +225,7 @@ def test_every_command_on_a_corrupted_pack(packs, tmp_path_factory, data):
     assert rows[pack.name]["error"] and rows[pack.name]["label"] is None, f"history {what}: {rows}"
 
 
+@reference.needs("COMPAT")
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_command_on_a_corrupted_reference_pack(tmp_path_factory, data):

@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import FAKE, REPO, copy_pack, fake_pack
+import reference
+from conftest import FAKE, copy_pack, fake_pack
 
 from evpack.timing import compare as cmp
 
@@ -111,9 +112,10 @@ def test_a_pack_that_does_not_verify_gets_no_verdict(bench_pack, tmp_path, capsy
         assert out == "", "no verdict is printed for a pack that does not verify"
 
 
+@reference.needs("COMPAT")
 def test_a_tampered_reference_pack_gets_no_verdict(tmp_path, capsys):
-    """The committed CPU reference pack against a copy with one byte of its report changed."""
-    ref = REPO / "artifacts" / "reference" / "20261121T142707Z-b40b5c2fd4c6"
+    """The committed compatibility pack against a copy with one byte of its report changed."""
+    ref = reference.COMPAT
     copy = copy_pack(ref, tmp_path / "copy")
     with open(copy / "report.md", "a", encoding="utf-8") as f:
         f.write("\n")

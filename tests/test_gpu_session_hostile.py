@@ -23,10 +23,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import reference  # noqa: E402
 from ssh_helpers import LOOPBACK, snapshot, start_sshd, stop_sshd  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-REF_ID = "20261121T142707Z-b40b5c2fd4c6"  # the smaller committed reference pack
+REF_ID = (reference.COMPAT or Path("20261121T142707Z-b40b5c2fd4c6")).name  # the compatibility pack: the smallest
 HOST = "gpu.example"
 VERBS = ("init", "sync", "run", "status", "follow", "fetch", "idle-guard", "stop", "start", "cost")
 EXIT_REFUSED_HOST = 7  # the host's answer is not safe to use
@@ -132,7 +133,7 @@ class World:
     def host_pack(self, name: str = REF_ID, latest: bool = True) -> Path:
         """A copy of a committed reference pack on the host (verifies as it is)."""
         dst = self.host_packs / name
-        shutil.copytree(REPO / "artifacts" / "reference" / REF_ID, dst, symlinks=True)
+        shutil.copytree(reference.skip_unless(reference.COMPAT, "COMPAT"), dst, symlinks=True)
         if latest:
             link = self.host_packs / "latest"
             if link.is_symlink():

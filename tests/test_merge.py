@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import reference
 from conftest import REPO, copy_pack, fake_pack, run_cli
 from ssh_helpers import missing
 from test_signing import allowed, keygen
@@ -32,8 +33,7 @@ GPUS = {
     "alpha": ("Stand-in GPU Alpha", "GPU-00000000-0000-4000-8000-00000000a1fa", "9.0"),
     "beta": ("Stand-in GPU Beta", "GPU-00000000-0000-4000-8000-00000000be7a", "10.0"),
 }
-REFERENCE = REPO / "artifacts" / "reference"
-SAME_COMMIT = (REFERENCE / "20261121T142018Z-b40b5c2fd4c6", REFERENCE / "20261121T142707Z-b40b5c2fd4c6")
+SAME_COMMIT = reference.SAME_COMMIT_V1[:2]  # two schema-1 H200 packs of commit b40b5c2, while they are committed
 
 
 @pytest.fixture
@@ -354,6 +354,21 @@ def test_a_merged_verdict_is_not_a_member_and_force_replaces_only_a_verdict(verd
 
 
 # ---------------------------------------------------------------------------- real packs, bare Python
+@pytest.mark.parametrize("pack", reference.param(("COMPAT", reference.COMPAT), ("FULL", reference.FULL)))
+def test_a_real_pack_merged_alone(tmp_path, pack):
+    """A real H200 pack as the one member of a merged verdict: its label, GPU and id, and the verdict verifies."""
+    out = tmp_path / "verdict"
+    proc = run_cli("merge", str(pack), "--out", str(out), "--require", "partial", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rec = read_json(out / "merged.json")
+    pj, env = read_json(pack / "pack.json"), read_json(pack / "env.json")
+    assert rec["label"] == pj["label"] and [t["name"] for t in rec["gpu_types"]] == [env["gpu_name"]]
+    assert [m["pack_id"] for m in rec["members"]] == [pack.name]
+    ok = run_cli("verify", str(out), timeout=300)
+    assert ok.returncode == 0, ok.stdout
+
+
+@pytest.mark.skipif(len(SAME_COMMIT) < 2, reason="needs two schema-1 reference packs of one commit (SAME_COMMIT_V1)")
 def test_the_two_reference_packs_of_one_commit(tmp_path):
     """Two real H200 packs of commit b40b5c2 (one complete, one partial): real headline numbers."""
     out = tmp_path / "verdict"

@@ -22,14 +22,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+import reference
 from browser import Browser, find_browser
-from conftest import REPO, copy_pack
+from conftest import copy_pack
 
 from evpack.reporting.write import write_reports
 
-REFERENCE = REPO / "artifacts" / "reference"
-PACK = REFERENCE / "20261121T142018Z-b40b5c2fd4c6"
-NEWEST = sorted(p for p in REFERENCE.glob("2*") if (p / "index.json").exists())[-1]
+NEWEST = reference.FULL  # the newest full-suite pack: its report.html as committed, the hostile copies' source
+needs_newest = reference.needs("FULL")
 SCREEN = 1400
 TAGS = r"</?(details|summary|br|table|thead|tbody|tr|td|th|p|div|span|code|pre|strong|em|b|i|ul|ol|li|h[1-6]|img|a)\b[^>]*>"
 
@@ -131,7 +131,7 @@ def _no_literal_tags(r: dict) -> None:
         assert not literal, f"literal HTML tags in the page text ({which}): {literal[:10]}"
 
 
-@pytest.mark.parametrize("pack", [PACK, NEWEST], ids=lambda p: p.name)
+@pytest.mark.parametrize("pack", reference.param(("FULL", reference.FULL), ("DEFAULT", reference.DEFAULT)))
 def test_rerendered_report_reads_in_headless_chromium(browser_exe, tmp_path, pack):
     html = write_reports(pack, tmp_path / "report", environ={}).html
     shot = tmp_path / f"report-first-screen-{pack.name}.png"
@@ -170,13 +170,15 @@ def test_rerendered_report_reads_in_headless_chromium(browser_exe, tmp_path, pac
              summary["canonical"] and row["mode"] == summary["primary_mode"] for k in row["kernels"][:4]}
     assert names and all(" ".join(n.split()) in " ".join(r["open_text"].split()) for n in names)
     # The verdict, the gate table and the canonical leaderboard on the first screen.
-    assert r["h1"] and "evidence:complete" in r["h1"]["text"] and r["h1"]["bottom"] <= SCREEN
+    assert r["h1"] and pj["label"] == "evidence:complete" and pj["label"] in r["h1"]["text"]
+    assert r["h1"]["bottom"] <= SCREEN
     assert r["gates"] and r["gates"]["bottom"] <= SCREEN, r["gates"]
     assert r["board"] and r["board"]["rows"] >= 1 + 12 and r["board"]["bottom"] <= SCREEN, r["board"]
     assert r["page_height"] > SCREEN
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@needs_newest
 def test_newest_pack_report_as_committed_still_opens(browser_exe, tmp_path):
     """The report.html a run of older code wrote into its pack (a view, covered by the pack's hashes): it opens,
     its plots load, it shows no tag as text."""
@@ -225,6 +227,7 @@ def _hostile_pack(tmp_path: Path) -> tuple[Path, dict[str, str]]:
                   "warning": f"{LINK} {IMAGE}", "variant": SVG}
 
 
+@needs_newest
 def test_hostile_pack_report_runs_nothing_and_shows_the_text(browser_exe, tmp_path):
     pack, shown = _hostile_pack(tmp_path)
     files = write_reports(pack, tmp_path / "report", environ={})
@@ -246,7 +249,8 @@ def test_hostile_pack_report_runs_nothing_and_shows_the_text(browser_exe, tmp_pa
     comment = files.comment.read_text(encoding="utf-8")
     live = re.findall(r"(?<!\\)(\]\(javascript|!\[|<script|<svg|<img)", comment.replace("`<svg onload", "`"))
     assert live == [], live  # each only escaped (or, for the row's name, inside a code span)
-    assert "**UNSURE** (5)" in comment and "`<svg onload=window.__pwned=1>/" in comment  # named, in a code span
+    unsure = sum(e["verdict"] == "UNSURE" for e in json.loads((pack / "bench" / "ab.json").read_text())["rows"])
+    assert f"**UNSURE** ({unsure})" in comment and "`<svg onload=window.__pwned=1>/" in comment  # in a code span
 
 
 def test_the_probe_sees_a_payload_that_runs(browser_exe, tmp_path):

@@ -7,6 +7,7 @@ import re
 from html.parser import HTMLParser
 
 import pytest
+import reference
 import tomllib
 from conftest import REPO, copy_pack, fake_pack, run_cli, verify_fake
 
@@ -19,14 +20,20 @@ from evpack.reporting.report_md import render_md
 from evpack.reporting.write import write_reports
 from evpack.stages.base import read_json
 
-REFERENCE = REPO / "artifacts" / "reference"
-FULL = REFERENCE / "20261121T142018Z-b40b5c2fd4c6"  # nox -s evidence -- --suite full, evidence:complete
-BENCH_ONLY = REFERENCE / "20261121T142707Z-b40b5c2fd4c6"  # nox -s bench -- --suite full, evidence:partial
+# the schema-1 `nox -s evidence -- --suite full` pack (evidence:complete) of commit b40b5c2 while it is committed:
+# the literal checks below are its numbers
+FULL = next((p for p in reference.SAME_COMMIT_V1 if reference.info(p).label == "evidence:complete"), None)
+needs_v1_full = pytest.mark.skipif(FULL is None, reason="needs the schema-1 complete full-suite pack of the "
+                                   "compatibility fixture's commit (SAME_COMMIT_V1)")
+BENCH_ONLY = reference.COMPAT  # nox -s bench -- --suite full, evidence:partial (the compatibility fixture)
+needs_bench_only = reference.needs("COMPAT")
 CI_ENV = {"GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "octo/kernels", "GITHUB_RUN_ID": "4242"}
 
 
 @pytest.fixture(scope="module")
 def full_reports(tmp_path_factory):
+    if FULL is None:
+        pytest.skip("needs the schema-1 complete full-suite pack (SAME_COMMIT_V1)")
     out = tmp_path_factory.mktemp("full")
     files = write_reports(FULL, out, environ=CI_ENV)
     return {p.name: p.read_text(encoding="utf-8") for p in files.all()}
@@ -72,6 +79,7 @@ def test_comment_of_the_full_reference_pack(full_reports):
     assert "(https://github.com/octo/kernels/commit/b40b5c2fd4c6d1ffc1e4d90221a8922f584ada8f)" in c
 
 
+@needs_bench_only
 def test_comment_of_the_bench_only_pack_says_what_was_skipped():
     c = render_comment(BENCH_ONLY, environ={})
     assert c.startswith(MARKER + "\n# ⚠️ **evidence:partial** · no regression against pack "
@@ -83,36 +91,51 @@ def test_comment_of_the_bench_only_pack_says_what_was_skipped():
     assert "gates not run (never a pass): ptxas_resources, sass_tensor_proof" in c
 
 
-NEWEST = REFERENCE / "20261123T010017Z-5cbc2fa93b94"  # nox -s evidence with --baseline: a same-run A/B
+NEWEST = reference.FULL  # the newest full suite, made with --baseline or --self-check: a same-run A/B
+needs_newest_ab = pytest.mark.skipif(not (NEWEST and reference.info(NEWEST).ab),
+                                     reason="no reference pack of role FULL with a same-run A/B (bench/ab.json)")
 
 
+def _ab_of(pack) -> tuple[dict, str, dict]:
+    """(ab.json, the base as the comment names it, the verdict counts of its rows): read from the pack."""
+    ab = json.loads((pack / "bench" / "ab.json").read_text())
+    counts = {v: sum(e["verdict"] == v for e in ab["rows"]) for v in ("SAME", "UNSURE", "SLOWER")}
+    return ab, ab["base_commit"][:7], counts
+
+
+@needs_newest_ab
 def test_comment_starts_with_the_ab_decision_and_names_the_unsure_rows():
     c = render_comment(NEWEST, environ={})
-    assert c.splitlines()[1] == "# ✅ **evidence:complete** · no regression against `342053f`: 388 SAME, 4 UNSURE, 0 SLOWER"
-    ab = json.loads((NEWEST / "bench" / "ab.json").read_text())
+    ab, base, n = _ab_of(NEWEST)
+    assert n["SLOWER"] == 0 and n["UNSURE"] > 0, "the literal checks below need UNSURE rows and no SLOWER one"
+    tally = f"{n['SAME']} SAME, {n['UNSURE']} UNSURE, 0 SLOWER"
+    assert c.splitlines()[1] == f"# ✅ **evidence:complete** · no regression against `{base}`: {tally}"
     unsure = sorted((e for e in ab["rows"] if e["verdict"] == "UNSURE"), key=lambda e: e["key"])
     named = [ln for ln in c.splitlines() if ln.startswith("- `")]
-    assert len(named) == len(unsure) == 4
+    assert len(named) == len(unsure) == n["UNSURE"]
     for line, e in zip(named, unsure, strict=True):
         assert line.startswith(f"- `{e['variant']}/{e['config']}` {e['shape']} {e['mode']}: time ")
-    _order(c, "Timed in the same run on the same GPU; 56 new rows not compared.", "**UNSURE** (4)",
+    new = f"; {len(ab['new'])} new rows not compared." if ab["new"] else ""
+    _order(c, f"Timed in the same run on the same GPU{new}", f"**UNSURE** ({n['UNSURE']})",
            "Report: [report.html](report.html)", "## Gates")
     md = render_md(NEWEST)
-    assert "Performance: no regression against `342053f`: 388 SAME, 4 UNSURE, 0 SLOWER." in md
+    assert f"Performance: no regression against `{base}`: {tally}." in md
 
 
+@needs_newest_ab
 def test_comment_names_the_slower_rows_first(tmp_path):
     pack = copy_pack(NEWEST, tmp_path)
-    ab = json.loads((pack / "bench" / "ab.json").read_text())
+    ab, base, n = _ab_of(pack)
+    assert n["SAME"] >= 12 and n["UNSURE"] > 0
     slow = sorted(e["key"] for e in ab["rows"] if e["verdict"] == "SAME")[:12]
     for e in ab["rows"]:
         if e["key"] in slow:
             e.update(verdict="SLOWER", ratio=1.1, ci_lo=1.05, ci_hi=1.15)
     (pack / "bench" / "ab.json").write_text(json.dumps(ab))
     c = render_comment(pack, environ={})
-    assert c.splitlines()[1] == ("# ✅ **evidence:complete** · **12 rows SLOWER** than `342053f`: "
-                                 "376 SAME, 4 UNSURE, 12 SLOWER")
-    section = c[c.index("**SLOWER** (12)"):c.index("**UNSURE** (4)")]
+    assert c.splitlines()[1] == (f"# ✅ **evidence:complete** · **12 rows SLOWER** than `{base}`: "
+                                 f"{n['SAME'] - 12} SAME, {n['UNSURE']} UNSURE, 12 SLOWER")
+    section = c[c.index("**SLOWER** (12)"):c.index(f"**UNSURE** ({n['UNSURE']})")]
     listed = [ln for ln in section.splitlines() if ln.startswith("- ")]
     assert len(listed) == 10 + 1 and listed[-1] == "- … and 2 more (report.md lists them)"
     assert listed[0].endswith(": time +10.0%, CI +5.0%..+15.0%")
@@ -275,6 +298,7 @@ def test_markdown_renderer_shows_html_links_and_images_as_text():
     assert '<code class="long">' in table
 
 
+@needs_bench_only
 def test_report_cli_writes_all_three_outside_the_pack(tmp_path):
     out = tmp_path / "r"
     proc = run_cli("report", str(BENCH_ONLY), "--out", str(out))
@@ -283,6 +307,7 @@ def test_report_cli_writes_all_three_outside_the_pack(tmp_path):
     assert (out / "comment.md").read_text().startswith(MARKER)
 
 
+@needs_bench_only
 def test_verify_does_not_import_the_renderer(tmp_path):
     """verify runs on the standard library: hide the renderer's modules and it still verifies."""
     import os
@@ -293,7 +318,7 @@ def test_verify_does_not_import_the_renderer(tmp_path):
         (tmp_path / mod).mkdir()
         (tmp_path / mod / "__init__.py").write_text(f"raise ImportError('{mod} hidden for this test')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO / "python")]))
-    proc = subprocess.run([sys.executable, "-m", "evpack", "verify", str(FULL)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "evpack", "verify", str(BENCH_ONLY)], capture_output=True, text=True,
                           env=env, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("verified"), proc.stdout + proc.stderr
 

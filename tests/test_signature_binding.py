@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, copy_pack, run_cli
+import reference
+from conftest import copy_pack, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,13 +24,12 @@ from evpack.provenance_check import check_provenance
 from evpack.sigform import ED25519_L, armor, signature_form_problem
 from evpack.verify import check_index, verify_all
 
-REF = REPO / "artifacts" / "reference"
-SIGNED = REF / "20261123T010017Z-5cbc2fa93b94"
-ALLOWED = REF / "allowed_signers"
+SIGNED = reference.SIGNED
+ALLOWED = reference.SIGNERS
 UNINDEXED = ("provenance.json", "provenance.json.sig")
 
 
-pytestmark = pytest.mark.usefixtures("needs_ssh_keygen")
+pytestmark = [pytest.mark.usefixtures("needs_ssh_keygen"), reference.needs("SIGNED", "SIGNERS")]
 
 
 @pytest.fixture(scope="module")

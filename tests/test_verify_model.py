@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, copy_pack, fake_pack, verify_fake
+import reference
+from conftest import copy_pack, fake_pack, verify_fake
 
 from evpack import model
 from evpack.jsonio import read_json
@@ -16,12 +17,13 @@ from evpack.pack import PackError, write_index
 from evpack.stages.order import stage_module
 from evpack.verify import verify_pack
 
-REFERENCE = sorted((REPO / "artifacts" / "reference").glob("2026*"))
-FULL = REPO / "artifacts" / "reference" / "20261121T142018Z-b40b5c2fd4c6"
+REFERENCE = list(reference.PACKS)
+FULL = reference.FULL  # the newest signed full-suite pack: every stage ran
 
 
 @pytest.fixture(scope="module")
 def ref_copy(tmp_path_factory) -> Path:
+    reference.skip_unless(FULL, "FULL")
     return copy_pack(FULL, tmp_path_factory.mktemp("ref"))
 
 
@@ -127,6 +129,7 @@ def test_an_incomplete_folder_is_not_a_pack(tmp_path, fake_env):
         verify_fake(inc)
 
 
+@reference.needs("FULL")
 def test_every_stage_declares_files_that_the_reference_pack_holds():
     for name in ("build", "sass", "tensor_proof", "sanitize", "correctness", "stability", "canaries", "bench"):
         patterns = stage_module(name).REQUIRED_FILES
