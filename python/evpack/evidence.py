@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .attest import SigningFailed, collect_run_facts, write_provenance
 from .derivation import derivation_session, derive_all, final_outcome
 from .envlock import collect_env, python_pin_warning
 from .gitinfo import git_info
@@ -25,9 +24,10 @@ from .pack import (
     reserve_pack_folder,
     write_index,
 )
+from .provenance.attest import SigningFailed, collect_run_facts, write_provenance
+from .provenance.signing import load_signing_key
 from .reporting import missing_renderer
 from .runner import record_skip, run_stage
-from .signing import load_signing_key
 from .stages.order import DEPENDS_ON, RUN_ORDER, STAGE_ORDER, stage_module, with_dependencies
 from .toolchain import toolchain
 

@@ -37,7 +37,7 @@ from .model import (
 )
 from .pack import PackError, stage_names_of
 from .packfs import MAX_FILE_BYTES, plain_name
-from .provenance_check import UNCHECKED, ProvenanceCheck, check_provenance, signer_options
+from .provenance.check import UNCHECKED, ProvenanceCheck, check_provenance, signer_options
 from .stages.order import stage_module
 from .stages.procs import PROCS_FILE
 

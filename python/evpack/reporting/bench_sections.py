@@ -1,6 +1,6 @@
 """The benchmark sections of the reports, rendered from the files in the bench stage folder only.
 
-Every pack value goes through reporting.markdown (text, code); render() returns report blocks, so the
+Every pack value goes through evpack.markdown (text, code); render() returns report blocks, so the
 collapsed parts and the plots sit where they belong (the plots right after the per-shape results).
 """
 from __future__ import annotations
@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..markdown import code, short, table, text
 from ..timing import ceilings as ceilings_mod
 from ..timing import plots
 from ..timing.baselines import BACKENDS, classify_kernels
 from ..timing.compare import SAME, compare_rows
 from . import ab_section
 from .blocks import Block, Details, Figure, Md
-from .markdown import code, short, table, text
 
 SKIP_MARK = {"unsupported": "unsupported", "skipped": "skipped", "error": "error", "fail": "FAIL"}
 FIGURE_CAPTIONS = {

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..markdown import code, table, text
 from ..stages.base import SKIPPED
 from ..stages.order import stage_module
 from .blocks import LONG_TABLE_ROWS, Block, Figure, Md, figure_paths, section_blocks, to_markdown
 from .common import MARKER, PackView, gate_table, headline, load_view, machine_line, signature_line, status_word
 from .decision import decide
-from .markdown import code, table, text
 
 __all__ = ["LONG_TABLE_ROWS", "render_md", "report_blocks"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import registry
+from ..markdown import code, text  # report_md: every pack value escaped
 from ..model import REQUIRED_CANARIES, SCHEMA_VERSION
-from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
 
 NAME = "canaries"

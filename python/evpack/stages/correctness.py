@@ -15,8 +15,8 @@ import secrets
 from pathlib import Path
 
 from .. import registry
+from ..markdown import text  # report_md: every pack value escaped
 from ..model import SCHEMA_VERSION
-from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .canaries import pack_schema
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants

@@ -21,8 +21,8 @@ import dataclasses
 from pathlib import Path
 
 from .. import registry
+from ..markdown import code, text  # report_md: every pack value escaped
 from ..parsers import occupancy, ptxas, symbols
-from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, worst, write_json
 from .kernel_rows import (
     load_built_kernels,

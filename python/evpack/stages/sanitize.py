@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import registry
+from ..markdown import code, text  # report_md: every pack value escaped
 from ..parsers.sanitizer import TOOLS, canary_caught, cell_status, parse_sanitizer
-from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from ..tools import find_tool
 from .base import ERROR, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .procs import Job, oracle_cmd, run_jobs, selected_variants

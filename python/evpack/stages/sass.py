@@ -28,9 +28,9 @@ from collections import Counter
 from pathlib import Path
 
 from .. import binary, registry, toolcache, tools
+from ..markdown import code, fence, short, text  # report_md: every pack value escaped
 from ..packfs import plain_name, read_gzip
 from ..parsers import sass, symbols
-from ..reporting.markdown import code, fence, short, text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
 from .kernel_rows import (
     load_built_kernels,

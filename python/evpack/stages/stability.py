@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..markdown import text  # report_md: every pack value escaped
 from ..parsers.symbols import describe, parse_symbol
-from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst
 from .canaries import pack_schema
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants

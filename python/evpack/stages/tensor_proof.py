@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import registry
+from ..markdown import text  # report_md: every pack value escaped
 from ..parsers.ncu import COVERAGE_MIN, METRICS, parse_ncu_csv, split_at_markers
 from ..parsers.symbols import describe, parse_symbol
-from ..reporting.markdown import text  # report_md: every pack value escaped
 from ..tools import find_tool
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, selected_variants

@@ -20,7 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .merge_record import (
+from ..pack import PACK_ID_RE, PackError
+from ..provenance.signing import SigningError, read_allowed_signers, ssh_keygen
+from ..verify import compare_index, list_files, read_index, scan, verify_all
+from .record import (
     INDEX_FILE,
     MEMBERS_DIR,
     SIGNATURE_STATES,
@@ -33,9 +36,6 @@ from .merge_record import (
     source_problems,
     verdict_id,
 )
-from .pack import PACK_ID_RE, PackError
-from .signing import SigningError, read_allowed_signers, ssh_keygen
-from .verify import compare_index, list_files, read_index, scan, verify_all
 
 COMPARED = ("label", "labels", "gpu_types", "gates")  # the decision, re-derived from the members
 
