@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .binary import sha256_file
 from .derivation import Derived
+from .errors import PackError
 from .jsonio import read_json, write_json
 from .model import SCHEMA_VERSION, UNINDEXED_FILES, StageOutcome
 from .stages.order import STAGE_ORDER
@@ -17,10 +18,6 @@ from .version import __version__
 
 INCOMPLETE_PREFIX = ".incomplete-"
 PACK_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-z]{5,12}(-dirty)?(-\d+)?$")
-
-
-class PackError(Exception):
-    """Bad input for a pack operation: one line, non-zero exit."""
 
 
 def load_pack_file(pack_dir: Path, name: str) -> dict:

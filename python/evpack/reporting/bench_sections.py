@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from ..markdown import code, short, table, text
+from ..model import FAIL, PASS, StageOutcome
 from ..timing import ceilings as ceilings_mod
 from ..timing import plots
 from ..timing.baselines import BACKENDS, classify_kernels
@@ -247,3 +248,20 @@ def render(stage_dir: Path, outcome, *, leaderboard: bool = True) -> list[Block]
         out.append(Md("\n".join(["### Not timed, unsupported or failed", "", *probs])))
     out += _previous(stage_dir, run, rows)
     return out
+
+
+# The bench stage's report views (report_md.VIEWS): here, beside the code they draw on, not in the stage
+# module, which sits below the reporting layer.
+def headline_md(stage_dir: Path, outcome: StageOutcome) -> str:
+    """The canonical-shape leaderboard, shown near the top of the reports (never for an errored stage)."""
+    if outcome.status not in (PASS, FAIL):
+        return ""
+    return "\n".join(canonical_leaderboard(stage_dir))
+
+
+def report_md(stage_dir: Path, outcome: StageOutcome) -> list[Block]:
+    return render(stage_dir, outcome, leaderboard=False)
+
+
+def figures(stage_dir: Path) -> list[Path]:
+    return [stage_dir / f for f in plots.FILES if (stage_dir / f).is_file()]

@@ -7,7 +7,7 @@ from pathlib import Path
 from .. import registry
 from ..markdown import code, text  # report_md: every pack value escaped
 from ..model import REQUIRED_CANARIES, SCHEMA_VERSION
-from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
+from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, other_outcome, read_json, write_json
 
 NAME = "canaries"
 NEEDS_GPU = False
@@ -35,8 +35,6 @@ def run(ctx: StageContext) -> None:
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
-    from ..derivation import final_outcome
-
     # What was planted is read from the pack (written by run()); what must have been planted comes from
     # the code that derives (model.REQUIRED_CANARIES for the pack's schema), so dropping a canary from
     # expected.json leaves its gate unproven instead of passing.
@@ -48,7 +46,7 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         return StageOutcome(ERROR, f"gates not proven live: required canaries not planted: {', '.join(missing)}",
                             {"matrix": [], "missing_canaries": missing})
     # A stage this pack never ran (e.g. bench in an `oracles` pack) leaves its canaries not run, not failed.
-    outcomes = {s: final_outcome(s, pack_dir) if (pack_dir / s).is_dir()
+    outcomes = {s: other_outcome(s, pack_dir) if (pack_dir / s).is_dir()
                 else StageOutcome(SKIPPED, f"{s} is not in this pack") for s in set(SOURCE_STAGE.values()) | set(BUILD_TIME_SOURCE.values())}
     matrix, statuses, problems = [], [], []
     for c in expected:
