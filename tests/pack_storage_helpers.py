@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from evpack import attest, derivation, pack
+from evpack import derivation, pack
 from evpack.jsonio import read_json, write_json
 from evpack.model import StageOutcome
 from evpack.packfs import read_stored, write_stored
-from evpack.provenance import RunFacts
+from evpack.provenance import attest
+from evpack.provenance.statement import RunFacts
 from evpack.records.pack import PackRecord
 from evpack.stages import correctness as correctness_stage
 from evpack.stages import sass as sass_stage

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evpack.packfs import MAX_FILE_BYTES, MAX_INFLATED_BYTES, plain_name, read_gzip
-from evpack.provenance_check import check_provenance
+from evpack.provenance.check import check_provenance
 from evpack.verify import check_index, verify_all, verify_pack
 
 SIGNED = reference.SIGNED

@@ -23,8 +23,8 @@ from test_signing import allowed, keygen, keys, make_pack  # noqa: F401  (keys: 
 
 from evpack.binary import sha256_file
 from evpack.jsonio import read_json, write_json
-from evpack.provenance_check import check_provenance
-from evpack.signing import load_signing_key, sign
+from evpack.provenance.check import check_provenance
+from evpack.provenance.signing import load_signing_key, sign
 from evpack.verify import check_index
 
 SIGNED = reference.SIGNED

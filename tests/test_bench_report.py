@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pytest
 
+from evpack.reporting import bench_sections
 from evpack.reporting.blocks import Details, Figure, Md, to_markdown
 from evpack.stages import bench as stage
 from evpack.stages import bench_canaries
@@ -115,7 +116,7 @@ def make_stage(tmp_path, *, wrong=None, ours_status=None, sdpa_status=None, scal
 
 def report_md(d, out) -> str:
     """The bench section as report.md writes it (the hook returns report blocks)."""
-    return to_markdown(stage.report_md(d, out))
+    return to_markdown(bench_sections.report_md(d, out))
 
 
 @pytest.mark.parametrize("schema", [1, 2])
@@ -199,7 +200,7 @@ def test_report_and_figures(tmp_path):
     d = make_stage(tmp_path)
     written = plots.make_all(json.loads((d / "summary.json").read_text())["rows"], d, "cold")
     assert [p.name for p in written] == list(plots.FILES)  # sweep found: 3 S at B*S = 8192
-    assert stage.figures(d) == [d / f for f in plots.FILES]
+    assert bench_sections.figures(d) == [d / f for f in plots.FILES]
     for p in written:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = stage.derive(d, d.parent)
@@ -211,14 +212,14 @@ def test_report_and_figures(tmp_path):
     # The leaderboard moved to the report's top (headline_md); the section points there.
     assert "| # | impl |" not in md and "at the top of this report" in md
     # The plots sit right after the per-shape table they belong to, each once; the other modes follow collapsed.
-    blocks = stage.report_md(d, out)
+    blocks = bench_sections.report_md(d, out)
     kinds = [type(b).__name__ for b in blocks]
     per_shape = next(i for i, b in enumerate(blocks) if isinstance(b, Md) and "### Per shape (cold mode)" in b.text)
     figs = [i for i, b in enumerate(blocks) if isinstance(b, Figure)]
     assert figs == list(range(per_shape + 1, per_shape + 1 + len(plots.FILES))), kinds
     assert [blocks[i].path for i in figs] == [f"bench/{name}" for name in plots.FILES]
     assert isinstance(blocks[figs[-1] + 1], Details) and blocks[figs[-1] + 1].summary == "Per shape (graph mode)"
-    head = stage.headline_md(d, out)
+    head = bench_sections.headline_md(d, out)
     assert head.startswith("## Leaderboard at the canonical shape (B=16, H=16, S=512, D=64, dtype=fp16, non-causal")
     table_lines = [ln for ln in head.splitlines() if ln.startswith("|")]
     assert len(table_lines) == 2 + 8  # header, rule, 8 rows (3 configs of ours + 5 SDPA backends)

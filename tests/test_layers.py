@@ -1,8 +1,9 @@
-"""The package's layers: no import cycles among evpack's modules, nothing edits the import path."""
+"""The package's layers (evpack/layers.py): every import runs down, no import cycles, nothing edits the import path."""
 from __future__ import annotations
 
 import ast
 import re
+import shutil
 from pathlib import Path
 
 from conftest import REPO
@@ -10,8 +11,8 @@ from conftest import REPO
 PACKAGE = REPO / "python" / "evpack"
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+def _module_name(path: Path, root: Path = PACKAGE) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -41,7 +42,7 @@ def _imports(path: Path, name: str) -> set[str]:
 
 
 def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
-    files = {_module_name(p): p for p in root.rglob("*.py")}
+    files = {_module_name(p, root): p for p in root.rglob("*.py")}
     return {name: {m for m in _imports(p, name) if m in files and m != name} for name, p in files.items()}
 
 
@@ -65,6 +66,104 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if n not in state and (c := visit(n)):
             return c
     return None
+
+
+def room(module: str) -> str:
+    """The room of a module: its top-level module or subpackage under evpack (layers.py)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer_table() -> dict[str, tuple[int, str]]:
+    """room -> (layer index, layer name); a room named twice is an error."""
+    from evpack.layers import LAYERS
+
+    out: dict[str, tuple[int, str]] = {}
+    for i, (name, rooms) in enumerate(LAYERS):
+        for r in rooms:
+            assert r not in out, f"{r} is in two layers: {out[r][1]} and {name}"
+            out[r] = (i, name)
+    return out
+
+
+def layer_problems(graph: dict[str, set[str]], table: dict[str, tuple[int, str]]) -> list[str]:
+    """Every module without a layer, every table row without a module, and every import that runs up."""
+    rooms = {room(m) for m in graph}
+    out = [f"{m}: its room {room(m)!r} is in no layer of evpack/layers.py" for m in sorted(graph)
+           if room(m) not in table]
+    out += [f"layers.py names {r!r}, which is no module or package of evpack" for r in sorted(set(table) - rooms)]
+    for m in sorted(graph):
+        for t in sorted(graph[m]):
+            if room(m) in table and room(t) in table and table[room(t)][0] > table[room(m)][0]:
+                out.append(f"{m} (layer {table[room(m)][1]}) imports {t} (layer {table[room(t)][1]}, higher)")
+    return out
+
+
+def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        out.setdefault(room(m), set()).update(room(t) for t in targets if room(t) != room(m))
+    return out
+
+
+def test_every_module_has_one_layer_and_every_import_runs_down():
+    assert layer_problems(import_graph(), layer_table()) == []
+
+
+def test_the_rooms_import_each_other_without_a_cycle():
+    cycle = find_cycle(room_graph(import_graph()))
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_at_most_eleven_layers():
+    from evpack.layers import LAYERS
+
+    assert 1 <= len(LAYERS) <= 11
+
+
+def test_the_layer_check_names_planted_faults(tmp_path):
+    """An upward import inside a function, an upward import at module level, a module in no layer and a
+    cycle between two rooms of one layer, each planted in a copy of the package, are each named."""
+    copy = tmp_path / "evpack"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    table = layer_table()
+    assert layer_problems(import_graph(copy), table) == []  # the copy is as clean as the package
+    jsonio = copy / "jsonio.py"
+    jsonio.write_text(jsonio.read_text() + "\n\ndef _planted():\n    from .cli import main\n\n    return main\n")
+    (copy / "timing" / "stats.py").write_text((copy / "timing" / "stats.py").read_text() +
+                                              "\nfrom ..stages import base as _planted  # noqa\n")
+    (copy / "newroom.py").write_text("from . import jsonio\n")
+    problems = layer_problems(import_graph(copy), table)
+    assert any(p.startswith("evpack.jsonio (layer base) imports evpack.cli (layer interface") for p in problems)
+    assert any(p.startswith("evpack.timing.stats (layer timing) imports evpack.stages.base (layer stages")
+               for p in problems)
+    assert "evpack.newroom: its room 'newroom' is in no layer of evpack/layers.py" in problems
+    assert all(p.startswith(("evpack.newroom:", "evpack.jsonio ", "evpack.timing.stats ")) for p in problems), problems
+    gates = copy / "gates.py"
+    gates.write_text(gates.read_text() + "\nfrom . import verify as _planted  # noqa\n")
+    assert find_cycle(room_graph(import_graph(copy))) is not None
+
+
+def closure(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for m in graph.get(todo.pop(), ()):
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen
+
+
+def test_pack_and_the_low_layers_reach_nothing_that_imports_the_torch_op():
+    """The op (evpack.op, evpack.api and the package's __init__ that fronts it) sits in layer `build and
+    op`: nothing below it, and not the pack writer, reaches it through any chain of imports."""
+    graph, table = import_graph(), layer_table()
+    op_layer = table["api"][0]
+    op = {"evpack", "evpack.api", "evpack.op", "evpack.timing.ab_runner", "evpack.timing.shape_runner"}
+    low = [m for m in graph if table[room(m)][0] < op_layer] + ["evpack.pack", "evpack.verify"]
+    hits = {m: sorted(closure(graph, m) & op) for m in low}
+    assert {m: h for m, h in hits.items() if h} == {}
+    assert "evpack.api" in closure(graph, "evpack.stages.bench")  # the check sees a chain that does reach it
 
 
 def test_find_cycle_sees_a_planted_cycle():

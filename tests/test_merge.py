@@ -24,7 +24,7 @@ from evpack import envlock
 from evpack.binary import sha256_file
 from evpack.jsonio import read_json, write_json
 from evpack.labels import COMPLETE, FAILED, PARTIAL, merged_label, merged_labels
-from evpack.merge_record import device_used
+from evpack.merge.record import device_used
 from evpack.model import GATE_OF_STAGE
 from evpack.reporting.common import MARKER
 
@@ -45,7 +45,7 @@ def member(tmp_path, fake_env, monkeypatch):
         name, uuid, cc = GPUS[gpu]
         monkeypatch.setattr("evpack.evidence.collect_env", lambda r: dict(
             real_env(r), gpu_name=name, compute_capability=cc, driver_version="580.0"))
-        monkeypatch.setattr("evpack.attest.gpu_devices", lambda: {
+        monkeypatch.setattr("evpack.provenance.attest.gpu_devices", lambda: {
             "source": "nvidia-smi", "visible": None, "error": None,
             "devices": [{"index": 0, "name": name, "uuid": uuid, "driver": "580.0"}]})
         fake_env(plan or {})
@@ -328,11 +328,11 @@ def test_bad_input_is_refused_and_nothing_changes(member, env, tmp_path):
 
 
 def test_members_of_one_commit_with_other_uncommitted_changes_are_refused(member, env, tmp_path, monkeypatch):
-    from evpack import attest
+    from evpack.provenance import attest
 
     a = member("alpha")
     real = attest.tree_digest
-    monkeypatch.setattr("evpack.attest.tree_digest", lambda repo: dict(real(repo), sha256="0" * 64))
+    monkeypatch.setattr("evpack.provenance.attest.tree_digest", lambda repo: dict(real(repo), sha256="0" * 64))
     b = member("beta")
     assert read_json(a / "pack.json")["git"]["commit"] == read_json(b / "pack.json")["git"]["commit"]
     one_line_error(merge(env, a, b, "--out", tmp_path / "out"), "members come from different source trees")
@@ -388,7 +388,7 @@ def test_the_two_reference_packs_of_one_commit(tmp_path):
 
 def test_merge_and_its_check_run_on_a_bare_python():
     """The CI merge job runs on a runner's Python without the package's dependencies."""
-    code = ("import sys, evpack.merge, evpack.merge_verify, evpack.merge_cli, evpack.cli\n"
+    code = ("import sys, evpack.merge.verdict, evpack.merge.verify, evpack.merge.cli, evpack.cli\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             "{'torch','numpy','pandas','matplotlib','jinja2','markdown_it','scipy'})\n"
             "print(','.join(bad))")

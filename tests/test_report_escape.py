@@ -1,6 +1,6 @@
 """Pack values in the reports are data, never markup: properties over arbitrary (hypothesis) and hostile strings.
 
-Two renderers read what reporting.markdown writes: markdown-it-py as report.html uses it, and cmark-gfm, the
+Two renderers read what evpack.markdown writes: markdown-it-py as report.html uses it, and cmark-gfm, the
 parser behind GitHub's Markdown (cmarkgfm, with GitHub's extensions: tables, autolinks, strikethrough), for
 report.md and comment.md on a pull request. For any value:
   - text(v) renders as one paragraph (or one table cell) holding exactly v's text, with no element inside;
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from evpack.reporting.markdown import WORD_JOINER, code, fence, table, text
+from evpack.markdown import WORD_JOINER, code, fence, table, text
 from evpack.reporting.report_html import markdown_to_html
 from evpack.reporting.write import write_reports
 
@@ -60,7 +60,7 @@ def gfm(md: str) -> str:
 def shown(value: object) -> str:
     """What a reader must see for text(value): the value on one line (whitespace runs as one space, control and
     bidi characters as U+FFFD), a word joiner after each @."""
-    from evpack.reporting.markdown import _clean
+    from evpack.markdown import _clean
 
     return " ".join(_clean(value).split()).replace("@", "@" + WORD_JOINER)
 
@@ -136,7 +136,7 @@ def test_text_and_code_stay_in_their_table_cell(a, b):
 @example("``")
 def test_code_span_holds_the_value(value):
     md = code(value)
-    from evpack.reporting.markdown import _clean
+    from evpack.markdown import _clean
 
     want = _clean(value)
     for render in (markdown_to_html, gfm):
@@ -152,7 +152,7 @@ def test_code_span_holds_the_value(value):
 @given(st.lists(VALUES, max_size=5))
 def test_fence_holds_every_line(lines):
     md = "\n".join(fence(lines))
-    from evpack.reporting.markdown import _clean
+    from evpack.markdown import _clean
 
     for render in (markdown_to_html, gfm):
         t = tree(render(md))

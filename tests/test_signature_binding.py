@@ -20,8 +20,8 @@ from conftest import copy_pack, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evpack.provenance_check import check_provenance
-from evpack.sigform import ED25519_L, armor, signature_form_problem
+from evpack.provenance.check import check_provenance
+from evpack.provenance.sigform import ED25519_L, armor, signature_form_problem
 from evpack.verify import check_index, verify_all
 
 SIGNED = reference.SIGNED
@@ -83,7 +83,7 @@ def test_the_reported_forgery_is_refused(pristine, tmp_path):
 
 def test_a_duplicated_subject_never_hides_another(pristine):
     """Compared as lists: the statement naming index.json twice (once right, once wrong) is a mismatch."""
-    from evpack.provenance import Subject, subject_problems
+    from evpack.provenance.statement import Subject, subject_problems
 
     right = Subject("index.json", "aa" * 32)
     obj = Subject("python/evpack/_C.so", "bb" * 32)
@@ -98,7 +98,7 @@ def test_a_duplicated_subject_never_hides_another(pristine):
 def test_build_records_cannot_add_subjects(pristine, tmp_path):
     """Only the fixed build records are subjects: a record added under build/ is an unlisted file (or, with
     a re-hashed index, a changed index digest), never a subject that overrides one."""
-    from evpack.attest import pack_subjects
+    from evpack.provenance.attest import pack_subjects
 
     names = [s.name for s in pack_subjects(pristine, "urn:evpack:provenance:v1")]
     assert names == ["index.json", "_C.cpython-312-x86_64-linux-gnu.so", "_canaries.cpython-312-x86_64-linux-gnu.so"]

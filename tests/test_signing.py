@@ -14,11 +14,11 @@ import pytest
 import reference
 from conftest import FAKE, REPO, copy_pack, fake_pack, run_cli, verify_fake
 
-from evpack.attest import SigningFailed, collect_run_facts, tree_digest, write_provenance
 from evpack.pack import write_index
-from evpack.provenance import PREDICATE_TYPE, STATEMENT_TYPE, parse_gpu_query
+from evpack.provenance.attest import SigningFailed, collect_run_facts, tree_digest, write_provenance
+from evpack.provenance.signing import SigningError, allowed_signers_line, load_signing_key, sign
+from evpack.provenance.statement import PREDICATE_TYPE, STATEMENT_TYPE, parse_gpu_query
 from evpack.reporting.write import write_reports
-from evpack.signing import SigningError, allowed_signers_line, load_signing_key, sign
 from evpack.stages.base import read_json, write_json
 from evpack.verify import verify_pack, verify_provenance
 
@@ -234,7 +234,7 @@ def test_failed_signing_keeps_the_evidence_unsigned(tmp_path, fake_env, keys, mo
     def broken(key, data):
         raise SigningError("ssh-keygen -Y sign failed: simulated")
 
-    monkeypatch.setattr("evpack.attest.sign", broken)
+    monkeypatch.setattr("evpack.provenance.attest.sign", broken)
     with pytest.raises(SigningFailed) as exc:
         make_pack(tmp_path, fake_env, keys["alice"])
     pack = exc.value.pack

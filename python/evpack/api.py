@@ -15,6 +15,7 @@ import math
 import torch
 
 from . import dispatch, registry
+from .op import forward_op
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -93,22 +94,7 @@ def _extension(variant: str):
     return importlib.import_module("evpack._canaries" if is_canary else "evpack._C")
 
 
-@torch.library.custom_op("evpack::flash_attention_fwd", mutates_args=(), device_types="cuda")
-def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, variant: str,
-         config: str) -> torch.Tensor:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.data_ptr() % 16:
-            raise ValueError(f"{name}: data pointer must be 16-byte aligned (got offset {t.data_ptr() % 16})")
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    with torch.cuda.device(q.device):
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        _extension(variant).forward(q, k, v, out, causal, scale, variant, config, stream)
-    return out
-
-
-@_fwd.register_fake
-def _fwd_fake(q, k, v, causal, scale, variant, config):
-    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+_fwd = forward_op("evpack::flash_attention_fwd", _extension)  # evpack/op.py: the one op factory
 
 
 @functools.lru_cache(maxsize=1)

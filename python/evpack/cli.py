@@ -18,8 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from . import merge_cli
 from .jsonio import JsonFileError
+from .merge import cli as merge_cli
 from .options import REQUIREMENTS, STAGE_COMMANDS, SUITES, parse_stages, requirement_verdict, run_options
 from .pack import INCOMPLETE_PREFIX, PackError, ensure_writable, inside_pack, under_packs_folder
 
@@ -241,8 +241,8 @@ def cmd_evidence(args, selected) -> int:
 
     t_start = time.monotonic()
 
-    from .attest import SigningFailed
     from .evidence import gpu_available, run_evidence
+    from .provenance.attest import SigningFailed
     from .timing.baseline_build import prepared_baseline
     from .verify import verify_all
 
@@ -319,8 +319,8 @@ def cmd_label(args) -> int:
 
 
 def cmd_sign(args) -> int:
-    from .attest import check_signable, sign_finished
-    from .signing import load_signing_key
+    from .provenance.attest import check_signable, sign_finished
+    from .provenance.signing import load_signing_key
     from .verify import verify_all
 
     pack = resolve_pack(args.pack)
@@ -337,7 +337,7 @@ def cmd_sign(args) -> int:
     after, prov = verify_all(pack, allowed_signers=args.allowed_signers,
                              require_signature=args.allowed_signers is not None, stages=args.stage_package)
     if after:
-        from .provenance import SIGNATURE_FILE
+        from .provenance.statement import SIGNATURE_FILE
 
         (pack / SIGNATURE_FILE).unlink()
         print(f"error: {pack.name}: the new signature does not verify ({after[0]}); it was removed again",

@@ -19,11 +19,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from .dictwalk import Rules, common_keys, differences
 from .jsonio import read_json
 from .labels import decide
 from .model import ERROR, GATE_ORDER, SKIPPED, GateResult, LabelDecision, PackFacts, StageOutcome
 from .records.runner import RunnerRecord, RunnerRecordError
 from .records.schema import CURRENT
+from .stages.base import OUTCOME_READERS
 from .stages.order import stage_module
 from .stages.procs import last_line
 
@@ -89,6 +91,9 @@ def _final_outcome(name: str, pack_dir: Path, mod: ModuleType) -> StageOutcome:
         return StageOutcome(ERROR, f"could not derive {name} from its files: {type(exc).__name__}: {exc}")
 
 
+OUTCOME_READERS.append(final_outcome)  # what stages.base.other_outcome asks (the stages do not import this layer)
+
+
 def stage_facts(outcomes: dict[str, StageOutcome], *, stages: str | None = None) -> PackFacts:
     """Fold each stage module's optional `facts(outcome, facts) -> PackFacts` over the outcomes."""
     facts = PackFacts()
@@ -109,30 +114,31 @@ def decision_view(obj: Any, prose: frozenset[str] = PROSE_KEYS) -> Any:
     return obj
 
 
-def view_differences(stored: Any, derived: Any, path: str = "") -> list[str]:
-    """Where two decision views disagree. Keys present on one side only are a schema difference
-    between the code that wrote the pack and the code that reads it, not a mismatch."""
-    if isinstance(stored, dict) and isinstance(derived, dict):
-        out: list[str] = []
-        for k in stored.keys() & derived.keys():
-            out += view_differences(stored[k], derived[k], f"{path}.{k}" if path else str(k))
-        return out
-    if isinstance(stored, list) and isinstance(derived, list):
-        if len(stored) != len(derived):
-            return [f"{path or 'data'}: {len(stored)} entries stored, {len(derived)} derived"]
-        out = []
-        for i, (a, b) in enumerate(zip(stored, derived, strict=True)):
-            out += view_differences(a, b, f"{path}[{i}]")
-        return out
+def _same_view(stored: Any, derived: Any) -> bool:
     if stored is None and isinstance(derived, float) and not math.isfinite(derived):
-        return []  # written as null (JSON has no NaN)
+        return True  # written as null (JSON has no NaN)
     if isinstance(stored, float) or isinstance(derived, float):
         try:
-            same = stored == derived or abs(float(stored) - float(derived)) <= 1e-9 * max(1.0, abs(float(stored)))
+            return stored == derived or abs(float(stored) - float(derived)) <= 1e-9 * max(1.0, abs(float(stored)))
         except (TypeError, ValueError):
-            same = False
-        return [] if same else [f"{path}: stored {stored!r}, derived {derived!r}"]
-    return [] if stored == derived else [f"{path or 'value'}: stored {stored!r}, derived {derived!r}"]
+            return False
+    return stored == derived
+
+
+def _view_mismatch(path: str, stored: Any, derived: Any) -> str:
+    where = path if isinstance(stored, float) or isinstance(derived, float) else path or "value"
+    return f"{where}: stored {stored!r}, derived {derived!r}"
+
+
+# Keys present on one side only are a schema difference between the code that wrote the pack and the code
+# that reads it, not a mismatch; numbers agree within 1e-9 relative; lists are compared element-wise.
+VIEW_RULES = Rules(mismatch=_view_mismatch, keys=common_keys, same=_same_view,
+                   lists=lambda path, n, m: f"{path or 'data'}: {n} entries stored, {m} derived")
+
+
+def view_differences(stored: Any, derived: Any, path: str = "") -> list[str]:
+    """Where two decision views disagree (dictwalk.differences under VIEW_RULES)."""
+    return differences(stored, derived, VIEW_RULES, path)
 
 
 def content_digest(stages: dict[str, StageOutcome], gates: dict[str, GateResult], label: str) -> str:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .attest import SigningFailed, collect_run_facts, write_provenance
 from .derivation import derivation_session, derive_all, final_outcome
 from .envlock import collect_env, python_pin_warning
 from .gitinfo import git_info
@@ -34,10 +33,11 @@ from .pack import (
     reserve_pack_folder,
     write_index,
 )
+from .provenance.attest import SigningFailed, collect_run_facts, write_provenance
+from .provenance.signing import load_signing_key
 from .reporting import missing_renderer
 from .runner import record_skip, run_stage
 from .schedule import fork_server, run_schedule, schedule_mode, slots_per_gpu
-from .signing import load_signing_key
 from .stages import forkserver
 from .stages.order import RUN_ORDER, STAGE_ORDER, StageSpec, stage_spec, with_dependencies
 from .stages.procs import SlotPool, selected_variants

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .errors import ModelError  # noqa: F401  (model.ModelError: the name its readers use)
+
 # The schema versions and what each promises are written out per version in records/schema.py (re-exported
 # here: the names older modules import).
 from .records.schema import (  # noqa: F401
@@ -33,9 +35,6 @@ PASS, FAIL, ERROR, SKIPPED = "pass", "fail", "error", "skipped"
 STATUSES = (PASS, FAIL, ERROR, SKIPPED)
 
 
-
-class ModelError(ValueError):
-    """A record that does not have the shape the model requires."""
 
 
 def worst(statuses) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 from .binary import sha256_file
 from .derivation import Derived
+from .errors import PackError
 from .jsonio import read_json, write_json
 from .model import SCHEMA_VERSION, UNINDEXED_FILES, ModelError, StageOutcome
 from .records.migrations import read_pack
@@ -20,10 +21,6 @@ from .version import __version__
 
 INCOMPLETE_PREFIX = ".incomplete-"
 PACK_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-z]{5,12}(-dirty)?(-\d+)?$")
-
-
-class PackError(Exception):
-    """Bad input for a pack operation: one line, non-zero exit."""
 
 
 def load_pack_file(pack_dir: Path, name: str) -> dict:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import threading
 import time
 import traceback
 from datetime import datetime, timezone
@@ -21,11 +20,11 @@ from .derivation import LOG_FILE, RUNNER_FILE
 from .jsonio import write_json
 from .records.runner import INLINE, PROCESS, RunnerRecord
 from .stages.base import StageContext
+from .stages.logfollow import LogFollower
 from .stages.order import stage_module
 from .stages.procs import run_isolated
 
 log = logging.getLogger("evpack")
-HEARTBEAT_S = 20.0
 
 
 def _now() -> str:
@@ -35,38 +34,6 @@ def _now() -> str:
 def record_skip(stage_dir: Path, stage: str, reason: str) -> None:
     stage_dir.mkdir(parents=True, exist_ok=True)
     write_json(stage_dir / RUNNER_FILE, RunnerRecord.skip(stage, _now(), reason).to_json())
-
-
-class LogFollower(threading.Thread):
-    """Shows a growing log file on the terminal (via logging) until stopped; a heartbeat line when
-    nothing new arrived for HEARTBEAT_S."""
-
-    def __init__(self, path: Path | None, stage: str) -> None:
-        super().__init__(daemon=True)
-        self.path, self.stage, self.stop = path, stage, threading.Event()
-
-    def run(self) -> None:
-        t0 = last_news = time.monotonic()
-        pos, partial = 0, b""
-        while not self.stop.wait(0.5):
-            chunk = b""
-            if self.path is not None:
-                try:
-                    with open(self.path, "rb") as f:
-                        f.seek(pos)
-                        chunk = f.read()
-                except FileNotFoundError:
-                    pass
-            if chunk:
-                pos += len(chunk)
-                *lines, partial = (partial + chunk).split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        log.info("  %s | %s", self.stage, line.decode("utf-8", "replace").rstrip()[:300])
-                        last_news = time.monotonic()
-            if time.monotonic() - last_news >= HEARTBEAT_S:
-                log.info("  %s | still running, %.0f s elapsed", self.stage, time.monotonic() - t0)
-                last_news = time.monotonic()
 
 
 def run_stage(name: str, pack_dir: Path, repo: Path, options: dict, *, isolate: bool, timeout_s: int,

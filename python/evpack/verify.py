@@ -32,7 +32,7 @@ from .jsonio import read_json
 from .model import FAIL, KNOWN_SCHEMAS, PASS, UNINDEXED_FILES, ModelError, StageOutcome
 from .pack import PackError, stage_names_of
 from .packfs import MAX_FILE_BYTES, plain_name
-from .provenance_check import UNCHECKED, ProvenanceCheck, check_provenance, signer_options
+from .provenance.check import UNCHECKED, ProvenanceCheck, check_provenance, signer_options
 from .records.migrations import read_pack
 from .records.pack import ABSENT, PackRecord, ZeroDelta
 from .records.runner import RunnerRecord

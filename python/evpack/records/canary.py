@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..model import ModelError
+from ..errors import ModelError
 
 CAUGHT_FIRST = ("name", "tool", "expected", "caught", "status", "observed", "reason", "kernels")
 OBSERVED_FIRST = ("name", "tool", "expected", "observed", "caught", "status", "reason", "kernels")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..model import ModelError
+from ..errors import ModelError
 from .pack import PackRecord
 from .schema import KNOWN_SCHEMAS, spec
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..model import ModelError
+from ..errors import ModelError
 
 
 class _Absent:

@@ -1,6 +1,7 @@
-"""Reports: views of a pack, rendered from the pack's files only and covered by its index.json.
+"""Reports: views of a pack, rendered from the pack's files only and covered by its index.json. Every pack
+value enters Markdown through evpack.markdown (text(), code(), fence() escape it); the reports of a merged
+verdict are evpack.merge.report.
 
-  markdown.py        the only way a pack value enters Markdown: text(), code(), fence() escape it
   blocks.py          a report as blocks (Markdown runs, collapsed parts, figures); report.md from them
   common.py          what every report shows: pack facts, stage outcomes, the gate table
   decision.py        the performance decision (A/B against the base, else the previous pack)
@@ -10,7 +11,6 @@
   comment_md.py      comment.md: the PR comment, decision first (at most COMMENT_MAX_CHARS characters)
   bench_sections.py  the benchmark sections (leaderboard, per shape and its plots, kernels, previous pack)
   ab_section.py      the same-run A/B against the base
-  merged_md.py       report.md and comment.md of a merged verdict
   write.py           write_reports(): all three files into a folder
 
 Pack values are data: escaped wherever they enter Markdown, never HTML, a link or an image. Only

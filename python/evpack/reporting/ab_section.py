@@ -1,13 +1,13 @@
 """The same-run A/B against the base (bench/ab.json) as report blocks: headline, rule, the rows that are not
-SAME, then every compared row in a collapsed part. Every pack value escaped (reporting.markdown)."""
+SAME, then every compared row in a collapsed part. Every pack value escaped (evpack.markdown)."""
 from __future__ import annotations
 
 from pathlib import Path
 
+from ..markdown import code, short, table, text
 from ..timing import ab as ab_mod
 from .blocks import Block, Details, Md
 from .decision import base_name
-from .markdown import code, short, table, text
 
 _ORDER = {ab_mod.SLOWER: 0, ab_mod.FASTER: 1, ab_mod.UNSURE: 2, ab_mod.SAME: 3}
 HEAD = ["kernel", "shape", "mode", "base µs (± IQR)", "head µs (± IQR)", "Δ time", "CI", "verdict", "why"]

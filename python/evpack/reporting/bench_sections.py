@@ -1,6 +1,6 @@
 """The benchmark sections of the reports, rendered from the files in the bench stage folder only.
 
-Every pack value goes through reporting.markdown (text, code); render() returns report blocks, so the
+Every pack value goes through evpack.markdown (text, code); render() returns report blocks, so the
 collapsed parts and the plots sit where they belong (the plots right after the per-shape results).
 """
 from __future__ import annotations
@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..markdown import code, short, table, text
+from ..model import FAIL, PASS, StageOutcome
 from ..timing import ceilings as ceilings_mod
 from ..timing import plots
 from ..timing import summary as sm
@@ -15,7 +17,6 @@ from ..timing.baselines import BACKENDS, classify_kernels
 from ..timing.compare import SAME, compare_rows
 from . import ab_section
 from .blocks import Block, Details, Figure, Md
-from .markdown import code, short, table, text
 
 SKIP_MARK = {"unsupported": "unsupported", "skipped": "skipped", "error": "error", "fail": "FAIL"}
 FIGURE_CAPTIONS = {
@@ -256,3 +257,20 @@ def render(stage_dir: Path, outcome, *, leaderboard: bool = True) -> list[Block]
         out.append(Md("\n".join(["### Not timed, unsupported or failed", "", *probs])))
     out += _previous(stage_dir, run, rows)
     return out
+
+
+# The bench stage's report views (report_md.VIEWS): here, beside the code they draw on, not in the stage
+# module, which sits below the reporting layer.
+def headline_md(stage_dir: Path, outcome: StageOutcome) -> str:
+    """The canonical-shape leaderboard, shown near the top of the reports (never for an errored stage)."""
+    if outcome.status not in (PASS, FAIL):
+        return ""
+    return "\n".join(canonical_leaderboard(stage_dir))
+
+
+def report_md(stage_dir: Path, outcome: StageOutcome) -> list[Block]:
+    return render(stage_dir, outcome, leaderboard=False)
+
+
+def figures(stage_dir: Path) -> list[Path]:
+    return [stage_dir / f for f in plots.FILES if (stage_dir / f).is_file()]

@@ -25,7 +25,7 @@ _HEADING = re.compile(r"^ {0,3}#{1,6} +(.*?)(?: +#+)? *$")
 
 @dataclass(frozen=True)
 class Md:
-    """Markdown made with reporting.markdown's helpers: no raw HTML, no link or image from a value."""
+    """Markdown made with evpack.markdown's helpers: no raw HTML, no link or image from a value."""
 
     text: str
 

@@ -6,7 +6,7 @@ the link to the report (in CI: the run that holds the pack, from GitHub Actions'
 CI: report.html beside this file in the pack). Then what failed, the gate table, the canonical-shape
 leaderboard (top rows) and what was skipped. Every list is bounded, so the comment stays under the limit
 whatever the pack holds; report.md and report.html in the pack hold everything. Every pack value is
-escaped (reporting.markdown): no link, image or HTML comes from a pack.
+escaped (evpack.markdown): no link, image or HTML comes from a pack.
 """
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ..markdown import code, short, text
 from ..stages.base import ERROR, FAIL, SKIPPED
 from .bench_sections import canonical_leaderboard
 from .common import ICON, LABEL_MARK, MARKER, PackView, gate_table, labels_line, load_view, machine_line
 from .decision import PerfDecision, decide, ratio_text, row_name
-from .markdown import code, short, text
 
 COMMENT_MAX_CHARS = 10_000
 LEADERBOARD_ROWS = 8

@@ -1,6 +1,6 @@
 """What every report of a pack shows, read from the pack's files only (no renderer here).
 
-Every pack value goes into Markdown through reporting.markdown (text, code): see that module.
+Every pack value goes into Markdown through evpack.markdown (text, code): see that module.
 """
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from pathlib import Path
 
 from ..jsonio import read_json
 from ..labels import carried_note
+from ..markdown import code, short, table, text
 from ..model import StageOutcome
-from ..provenance import PROVENANCE_FILE, SIGNATURE_FILE
+from ..provenance.statement import PROVENANCE_FILE, SIGNATURE_FILE
 from ..records.migrations import read_pack_view
 from ..records.pack import PackRecord
 from ..stages.order import STAGE_ORDER
-from .markdown import code, short, table, text
 
 # A status in Markdown: the word (report.html colours every cell that holds one: see report_html.STATUS_CLASS)
 ICON = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "skipped": "SKIPPED"}

@@ -2,16 +2,16 @@
 
 The same-run A/B against the PR's base (bench/ab.json, one per shard) decides when the run had one; else the
 comparison with an earlier pack (the bench outcome's previous-pack counts); else there is nothing to compare
-with. The result is Markdown made with reporting.markdown: every pack value escaped.
+with. The result is Markdown made with evpack.markdown: every pack value escaped.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..markdown import code, short, text
 from ..stages.base import ERROR, SKIPPED
 from ..timing import ab as ab_mod
 from .common import PackView
-from .markdown import code, short, text
 
 REASON_CHARS = 300
 

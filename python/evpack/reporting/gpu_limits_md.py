@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..jsonio import read_json
-from .markdown import text
+from ..markdown import text
 
 _REASONS = "clocks_event_reasons."
 

@@ -10,15 +10,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..markdown import code, table, text
 from ..stages.base import SKIPPED
 from ..stages.order import stage_module
+from . import bench_sections
 from .blocks import LONG_TABLE_ROWS, Block, Figure, Md, figure_paths, section_blocks, to_markdown
 from .common import MARKER, PackView, gate_table, headline, load_view, machine_line, signature_line, status_word
 from .decision import decide
 from .gpu_limits_md import limit_lines
-from .markdown import code, table, text
 
-__all__ = ["LONG_TABLE_ROWS", "render_md", "report_blocks"]
+__all__ = ["LONG_TABLE_ROWS", "VIEWS", "render_md", "report_blocks"]
+
+# Stages whose report views (headline_md, report_md, figures) live in this package, not in the stage module:
+# they draw on the timing code and the report blocks, and a stage module does not import the reporting layer.
+VIEWS = {"bench": bench_sections}
+
+
+def _views(stage: str):
+    return VIEWS.get(stage) or stage_module(stage)
 
 
 def _section(mod, hook: str, view: PackView, stage: str) -> str | Sequence[Block]:
@@ -86,7 +95,7 @@ def report_blocks(view: PackView) -> list[Block]:
     out: list[Block] = [Md("\n".join([*headline(view), "", f"Performance: {perf.line}.", "",
                                       "## Gates", "", *gate_table(pj)]))]
     for s, outcome in view.outcomes.items():
-        mod = stage_module(s)
+        mod = _views(s)
         if hasattr(mod, "headline_md") and outcome.status != SKIPPED:
             out += section_blocks(_section(mod, "headline_md", view, s), title=s)
     out.append(Md("\n".join(_pack_facts(view))))
@@ -97,7 +106,7 @@ def report_blocks(view: PackView) -> list[Block]:
                      text(v.reason)])
     out.append(Md("\n".join(["## Stages", "", *table(["stage", "status", "time", "reason"], rows)])))
     for s, outcome in view.outcomes.items():
-        mod = stage_module(s)
+        mod = _views(s)
         if outcome.status == SKIPPED or not hasattr(mod, "report_md"):
             continue
         section = section_blocks(_section(mod, "report_md", view, s), title=s)

@@ -41,7 +41,7 @@ from ..model import ERROR, FAIL, PASS, SKIPPED, STATUSES, StageOutcome, worst
 log = logging.getLogger("evpack.stages")
 
 __all__ = ["ERROR", "FAIL", "PASS", "SKIPPED", "STATUSES", "StageContext", "StageOutcome", "read_json", "worst",
-           "write_json", "write_text", "progress"]
+           "write_json", "write_text", "progress", "other_outcome"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,18 @@ class StageContext:
     # the scheduler's shared GPU slots (procs.SlotPool folder, outside the pack); None outside a scheduled run.
     # How cells were placed, never what they check: it is not an option and not in the pack.
     slots: Path | None = None
+
+
+OUTCOME_READERS: list = []  # [derivation.final_outcome], registered when evpack.derivation is imported
+
+
+def other_outcome(name: str, pack_dir: Path) -> StageOutcome:
+    """The final outcome of another stage of the pack, for a derive() that reads other stages
+    (DERIVE_READS_STAGES). It is derivation.final_outcome, which registers itself here: the stages sit below
+    the derivation layer and do not import it."""
+    if not OUTCOME_READERS:
+        raise RuntimeError("no stage outcome reader: import evpack.derivation before deriving this stage")
+    return OUTCOME_READERS[-1](name, pack_dir)
 
 
 def progress(message: str) -> None:

@@ -494,23 +494,4 @@ def headline(outcome: StageOutcome) -> dict:
             **{f"speedup vs SDPA {backend}": value for backend, value in vs.items()}}
 
 
-def headline_md(stage_dir: Path, outcome: StageOutcome) -> str:
-    """The canonical-shape leaderboard, shown near the top of the reports (never for an errored stage)."""
-    if outcome.status not in (PASS, FAIL):
-        return ""
-    from ..reporting.bench_sections import canonical_leaderboard
-
-    return "\n".join(canonical_leaderboard(stage_dir))
-
-
-def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
-    from ..reporting.bench_sections import render
-
-    return render(stage_dir, outcome, leaderboard=False)
-
-
-def figures(stage_dir: Path) -> list[Path]:
-    return [stage_dir / f for f in plots.FILES if (stage_dir / f).is_file()]
-
-
-__all__ = ["NAME", "NEEDS_GPU", "TIMEOUT_S", "run", "derive", "headline", "headline_md", "report_md", "figures"]
+__all__ = ["NAME", "NEEDS_GPU", "TIMEOUT_S", "run", "derive", "headline"]

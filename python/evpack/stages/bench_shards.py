@@ -54,7 +54,7 @@ def assign(shapes, n: int) -> list[list]:
 def run(ctx, suite) -> dict:
     """Measure the suite on ctx.options["gpus"], one shard process per GPU; write shards.json, the merged
     summary.json and binary.json. Returns the shards' part of run.json."""
-    from ..runner import LogFollower  # shows each shard's log on the terminal as it grows
+    from .logfollow import LogFollower  # shows each shard's log on the terminal as it grows
 
     gpus = ctx.options["gpus"]
     parts = assign(list(suite.shapes), len(gpus))

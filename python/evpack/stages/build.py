@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from ..binary import find_built, sha256_file
+from ..markdown import code, text  # report_md: every pack value escaped
 from ..model import PackFacts
-from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from . import build_triton
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, progress, read_json, write_json
 from .order import declared

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import registry
+from ..markdown import code, text  # report_md: every pack value escaped
 from ..model import REQUIRED_CANARIES, SCHEMA_VERSION
 from ..records.canary import MatrixRow, PlantedCanary, canary_records
-from ..reporting.markdown import code, text  # report_md: every pack value escaped
-from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, read_json, write_json
+from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, other_outcome, read_json, write_json
 from .order import declared
 
 NAME = "canaries"
@@ -49,8 +49,6 @@ def _row(planted: PlantedCanary, stage: str, out: StageOutcome) -> MatrixRow:
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
-    from ..derivation import final_outcome
-
     # What was planted is read from the pack (written by run()); what must have been planted comes from
     # the pack's schema (records/schema.py), so dropping a canary from expected.json leaves its gate
     # unproven instead of passing.
@@ -62,7 +60,7 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         return StageOutcome(ERROR, f"gates not proven live: required canaries not planted: {', '.join(missing)}",
                             {"matrix": [], "missing_canaries": missing})
     # A stage this pack never ran (e.g. bench in an `oracles` pack) leaves its canaries not run, not failed.
-    outcomes = {s: final_outcome(s, pack_dir) if (pack_dir / s).is_dir()
+    outcomes = {s: other_outcome(s, pack_dir) if (pack_dir / s).is_dir()
                 else StageOutcome(SKIPPED, f"{s} is not in this pack") for s in set(SOURCE_STAGE.values()) | set(BUILD_TIME_SOURCE.values())}
     rows = [_row(c, source_stage(c.caught_by), outcomes[source_stage(c.caught_by)]) for c in expected]
     problems = [f"gate not live: {r.gate} did not catch {r.canary} ({r.observed})" for r in rows if r.status == ERROR]

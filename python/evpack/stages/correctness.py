@@ -21,10 +21,10 @@ from pathlib import Path
 
 from .. import registry
 from ..jsonio import read_member_json
+from ..markdown import text  # report_md: every pack value escaped
 from ..model import SCHEMA_VERSION
 from ..packfs import member, read_stored, write_stored
 from ..records.canary import OBSERVED_FIRST, CanaryRecord
-from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .canaries import pack_schema
 from .order import declared

@@ -21,9 +21,9 @@ import dataclasses
 from pathlib import Path
 
 from .. import registry
+from ..markdown import code, text  # report_md: every pack value escaped
 from ..parsers import occupancy, ptxas, symbols
 from ..records.canary import canary_records
-from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, worst, write_json
 from .kernel_rows import (
     load_built_kernels,

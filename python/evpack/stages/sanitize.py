@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import registry
+from ..markdown import code, text  # report_md: every pack value escaped
 from ..parsers.sanitizer import TOOLS, canary_caught, cell_status, parse_sanitizer
 from ..records.canary import CanaryRecord
-from ..reporting.markdown import code, text  # report_md: every pack value escaped
 from ..tools import find_tool
 from .base import ERROR, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .order import declared

@@ -27,10 +27,10 @@ from collections import Counter
 from pathlib import Path
 
 from .. import binary, registry, toolcache, tools
+from ..markdown import code, fence, short, text  # report_md: every pack value escaped
 from ..packfs import plain_name, read_stored, write_stored
 from ..parsers import sass, symbols
 from ..records.canary import canary_records
-from ..reporting.markdown import code, fence, short, text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
 from .kernel_rows import (
     load_built_kernels,

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from ..markdown import text  # report_md: every pack value escaped
 from ..parsers.symbols import describe, parse_symbol
 from ..records.canary import OBSERVED_FIRST, CanaryRecord
-from ..reporting.markdown import text  # report_md: every pack value escaped
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst
 from .canaries import pack_schema
 from .order import declared

@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import registry
+from ..markdown import text  # report_md: every pack value escaped
 from ..parsers.ncu import COVERAGE_MIN, METRICS, parse_ncu_csv, split_at_markers
 from ..parsers.symbols import describe, parse_symbol
 from ..records.canary import OBSERVED_FIRST, CanaryRecord
-from ..reporting.markdown import text  # report_md: every pack value escaped
 from ..tools import find_tool
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .order import declared

@@ -8,10 +8,10 @@ setup.py builds with -fvisibility=hidden, so no evpack symbol is exported but Py
 of a build shows only inline std/ATen template helpers besides it): each copy keeps its own
 kernel registry and launches its own kernels.
 
-The base is called through its own torch custom op (`evpack_ab::base_fwd`) whose body is the
-same as the head's `evpack::flash_attention_fwd` (allocate the output, launch on the current
-stream), so both sides pay the same dispatch on the host and run under CUDA-graph capture the
-same way. What the base registered is read from the binary itself (`_C.kernels()`), not from the
+The base is called through its own torch custom op (`evpack_ab::base_fwd`), made by the same
+factory as the head's `evpack::flash_attention_fwd` (evpack/op.py: check the pointers, allocate the
+output, launch on the current stream), so both sides pay the same dispatch on the host and run under
+CUDA-graph capture the same way. What the base registered is read from the binary itself (`_C.kernels()`), not from the
 head's registry, so variants and configs that exist on one side only become new/removed rows.
 GPU only (torch at import); used by the bench stage and the ShapeRunner.
 """
@@ -23,9 +23,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from ..binary import sha256_file
+from ..op import forward_op
 from .ab import BASE
 
 BASE_MODULE = "evpack_ab_base._C"
@@ -44,19 +43,7 @@ def load_extension(path: Path, name: str = BASE_MODULE):
     return module
 
 
-@torch.library.custom_op("evpack_ab::base_fwd", mutates_args=(), device_types="cuda")
-def _base_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, variant: str,
-              config: str) -> torch.Tensor:
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    with torch.cuda.device(q.device):
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        _EXT["base"].forward(q, k, v, out, causal, scale, variant, config, stream)
-    return out
-
-
-@_base_fwd.register_fake
-def _base_fwd_fake(q, k, v, causal, scale, variant, config):
-    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+_base_fwd = forward_op("evpack_ab::base_fwd", lambda variant: _EXT["base"])  # evpack/op.py, as the head's
 
 
 @dataclass(frozen=True)

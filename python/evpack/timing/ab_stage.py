@@ -55,7 +55,7 @@ def required_files(bench_dir: Path) -> tuple[str, ...]:
 
 
 def _write_json(path: Path, obj) -> None:
-    from ..stages.base import write_json
+    from ..jsonio import write_json
 
     write_json(path, obj)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..binary import find_built, sha256_file
 from ..buildgen import DEFAULT_ARCHS  # setup.py's default, one definition
-from ..pack import PackError
+from ..errors import PackError
 
 BUILD_TIMEOUT_S = 3600
 RESULT_FILE = "result.json"

@@ -3,17 +3,17 @@
 report.md has one column per member (headed by its GPU): pack, label, signature, GPU identity, every
 gate, and the headline numbers the stages offer (the canonical benchmark speedup). comment.md is the
 short PR comment: verdict, labels, one line per GPU, the gates that did not pass everywhere. Every value
-of the record is escaped (reporting.markdown).
+of the record is escaped (evpack.markdown).
 """
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 
-from ..merge_record import RULE, UNCHECKED_SIG, UNSIGNED, VERIFIED
-from .comment_md import ci_links, fit
-from .common import MARKER, status_word
-from .markdown import code, table, text
+from ..markdown import code, table, text
+from ..reporting.comment_md import ci_links, fit
+from ..reporting.common import MARKER, status_word
+from .record import RULE, UNCHECKED_SIG, UNSIGNED, VERIFIED
 
 SIGNATURE_TEXT = {VERIFIED: "verified", UNCHECKED_SIG: "signed, signer not checked", UNSIGNED: "unsigned"}
 

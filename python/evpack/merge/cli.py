@@ -1,7 +1,7 @@
 """The command line of merged verdicts: `merge`, and what `verify` and `label` print for one.
 
-cli.py resolves the paths and calls these; the merge itself lives in merge.py, its check in
-merge_verify.py, its record in merge_record.py.
+cli.py resolves the paths and calls these; the merge itself lives in verdict.py, its check in
+verify.py, its record in record.py.
 """
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .merge_record import is_merged_verdict
-from .options import REQUIREMENTS, meets
+from ..options import REQUIREMENTS, meets
+from .record import is_merged_verdict
 
 DOC = """\
 Merge packs of one commit, each made on its own GPU, into one merged verdict folder --out DIR. Any
@@ -69,7 +69,7 @@ def add_parser(sub) -> None:
 
 
 def merge(args, packs: list[Path]) -> int:
-    from .merge import merge_packs
+    from .verdict import merge_packs
 
     result = merge_packs(packs, args.out, allowed_signers=args.allowed_signers,
                          require_signature=args.require_signature, force=args.force, stages=args.stage_package)
@@ -88,7 +88,7 @@ def merge(args, packs: list[Path]) -> int:
 
 
 def verify(args, folder: Path) -> int:
-    from .merge_verify import verify_merged
+    from .verify import verify_merged
 
     check = verify_merged(folder, allowed_signers=args.allowed_signers, require_signature=args.require_signature,
                           stages=args.stage_package)
@@ -106,9 +106,9 @@ def verify(args, folder: Path) -> int:
 
 
 def label(args, folder: Path) -> int:
-    from .labels import format_labels
-    from .merge_record import label_view, load_record
-    from .merge_verify import verify_merged
+    from ..labels import format_labels
+    from .record import label_view, load_record
+    from .verify import verify_merged
 
     check = verify_merged(folder, allowed_signers=args.allowed_signers, require_signature=args.require_signature,
                           stages=args.stage_package)

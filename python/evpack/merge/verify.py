@@ -20,7 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .merge_record import (
+from ..dictwalk import MISSING, Rules, all_keys
+from ..dictwalk import differences as walk
+from ..pack import PACK_ID_RE, PackError
+from ..provenance.signing import SigningError, read_allowed_signers, ssh_keygen
+from ..verify import compare_index, list_files, read_index, scan, verify_all
+from .record import (
     INDEX_FILE,
     MEMBERS_DIR,
     SIGNATURE_STATES,
@@ -33,9 +38,6 @@ from .merge_record import (
     source_problems,
     verdict_id,
 )
-from .pack import PACK_ID_RE, PackError
-from .signing import SigningError, read_allowed_signers, ssh_keygen
-from .verify import compare_index, list_files, read_index, scan, verify_all
 
 COMPARED = ("label", "labels", "gpu_types", "gates")  # the decision, re-derived from the members
 
@@ -49,19 +51,20 @@ class MergedCheck:
     rule_needs_signatures: bool = False  # merged.json's rule: complete needs every member's signature verified
 
 
+def _member_mismatch(path: str, stored, derived) -> str:
+    if stored is MISSING:
+        return f"{path}: missing in merged.json"
+    if derived is MISSING:
+        return f"{path}: not derivable from the member's files"
+    return f"{path}: merged.json says {stored!r} but the files give {derived!r}"
+
+
+MEMBER_RULES = Rules(mismatch=_member_mismatch, keys=all_keys)  # keys on either side count; exact values
+
+
 def differences(stored, derived, path: str) -> list[str]:
     """Where a stored record and the one re-derived from the files disagree (keys on either side count)."""
-    if isinstance(stored, dict) and isinstance(derived, dict):
-        out: list[str] = []
-        for k in list(derived) + [k for k in stored if k not in derived]:
-            if k not in stored:
-                out.append(f"{path}.{k}: missing in merged.json")
-            elif k not in derived:
-                out.append(f"{path}.{k}: not derivable from the member's files")
-            else:
-                out += differences(stored[k], derived[k], f"{path}.{k}")
-        return out
-    return [] if stored == derived else [f"{path}: merged.json says {stored!r} but the files give {derived!r}"]
+    return walk(stored, derived, MEMBER_RULES, path)
 
 
 def check_own_files(folder: Path, names: set[str]) -> list[str]:

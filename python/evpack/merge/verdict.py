@@ -6,7 +6,7 @@ or an --out that would touch a member are refused before anything is written. Th
 copied byte for byte into DIR/members/<pack-id>/, so the verdict verifies on its own: one CI artifact
 holds everything a reviewer needs, and no later change to the original packs can alter what was
 judged. The members named on the command line are only read. DIR is assembled in a hidden
-`.incomplete-` folder beside it and renamed into place; the record is merge_record's.
+`.incomplete-` folder beside it and renamed into place; the record is record.py's.
 """
 from __future__ import annotations
 
@@ -17,9 +17,22 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .binary import sha256_file
-from .jsonio import write_json, write_text
-from .merge_record import (
+from ..binary import sha256_file
+from ..jsonio import write_json, write_text
+from ..pack import (
+    INCOMPLETE_PREFIX,
+    PACK_ID_RE,
+    PackError,
+    ensure_writable,
+    inside_pack,
+    load_pack_record,
+    under_packs_folder,
+)
+from ..provenance.check import ProvenanceCheck
+from ..provenance.signing import SigningError, read_allowed_signers, ssh_keygen
+from ..verify import check_index, verify_all
+from ..version import __version__
+from .record import (
     INDEX_FILE,
     KIND,
     MEMBERS_DIR,
@@ -34,19 +47,6 @@ from .merge_record import (
     source_problems,
     verdict_id,
 )
-from .pack import (
-    INCOMPLETE_PREFIX,
-    PACK_ID_RE,
-    PackError,
-    ensure_writable,
-    inside_pack,
-    load_pack_record,
-    under_packs_folder,
-)
-from .provenance_check import ProvenanceCheck
-from .signing import SigningError, read_allowed_signers, ssh_keygen
-from .verify import check_index, verify_all
-from .version import __version__
 
 log = logging.getLogger("evpack")
 
@@ -161,7 +161,7 @@ def merge_packs(packs: list[Path], out: Path, *, allowed_signers: Path | None = 
                 require_signature: bool = False, force: bool = False, stages: str | None = None) -> MergeResult:
     """Verify the members, then write the merged verdict to out. PackError (exit 2) for bad input, with
     nothing written and no member touched."""
-    from .reporting.merged_md import render_comment, render_report
+    from .report import render_comment, render_report
 
     if require_signature and allowed_signers is None:
         raise SigningError("--require-signature needs --allowed-signers FILE: a signature is trusted only "

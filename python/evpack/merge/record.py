@@ -18,13 +18,13 @@ import hashlib
 import json
 from pathlib import Path
 
-from .binary import sha256_file
-from .jsonio import read_json
-from .labels import merged_label, merged_labels
-from .model import GATE_ORDER, StageOutcome, worst
-from .provenance import PROVENANCE_FILE, SIGNATURE_FILE
-from .provenance_check import SIGNED, UNCHECKED, ProvenanceCheck
-from .stages.order import STAGE_ORDER, stage_module
+from ..binary import sha256_file
+from ..jsonio import read_json
+from ..labels import merged_label, merged_labels
+from ..model import GATE_ORDER, StageOutcome, worst
+from ..provenance.check import SIGNED, UNCHECKED, ProvenanceCheck
+from ..provenance.statement import PROVENANCE_FILE, SIGNATURE_FILE
+from ..stages.order import STAGE_ORDER, stage_module
 
 KIND = "evpack-merged-verdict"
 SCHEMA = 1

@@ -14,9 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .binary import sha256_file
-from .jsonio import read_json
-from .provenance import (
+from ..binary import sha256_file
+from ..jsonio import read_json
+from .signing import SigningError, SigningKey, sign
+from .statement import (
     BINARY_RECORDS,
     INDEX_SUBJECT,
     PREDICATE_TYPE,
@@ -31,7 +32,6 @@ from .provenance import (
     parse_gpu_query,
     tree_line,
 )
-from .signing import SigningError, SigningKey, sign
 
 TREE_ALGORITHM = "sha256 of `git ls-files -z | xargs -0 sha256sum` (tracked files as in the working tree)"
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..dictwalk import MISSING, Rules, differences, sorted_keys
+
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE_V1 = "urn:evpack:provenance:v1"
 PREDICATE_TYPE = "urn:evpack:provenance:v2"  # what this version writes
@@ -192,16 +194,15 @@ def subject_problems(stated: list[Subject], expected: list[Subject]) -> list[str
     return out
 
 
+# A key of one side only counts (as None against the other side's value); bench_clocks is compared whole.
+FACT_RULES = Rules(mismatch=lambda path, stated, derived: path, keys=sorted_keys,
+                   same=lambda a, b: (None if a is MISSING else a) == (None if b is MISSING else b),
+                   leaf=lambda key: key == "bench_clocks")
+
+
 def diff_facts(stated: dict, derived: dict, prefix: str = "") -> list[str]:
     """Dotted names of the fields where the statement and the pack's files disagree."""
-    out = []
-    for key in sorted(set(stated) | set(derived)):
-        a, b = stated.get(key), derived.get(key)
-        if isinstance(a, dict) and isinstance(b, dict) and key != "bench_clocks":
-            out += diff_facts(a, b, f"{prefix}{key}.")
-        elif a != b:
-            out.append(f"{prefix}{key}")
-    return out
+    return differences(stated, derived, FACT_RULES, prefix.removesuffix("."))
 
 
 def report_line(pack_json: dict) -> str | None:

@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..jsonio import parse_json, read_json
 from .attest import pack_subjects, read_pack_facts
-from .jsonio import parse_json, read_json
-from .provenance import PROVENANCE_FILE, SIGNATURE_FILE, diff_facts, facts_of, subject_problems, subjects_of
 from .sigform import signature_form_problem
 from .signing import SigningError, check_signature, read_allowed_signers, ssh_keygen
+from .statement import PROVENANCE_FILE, SIGNATURE_FILE, diff_facts, facts_of, subject_problems, subjects_of
 
 UNSIGNED, SIGNED, UNCHECKED = "unsigned", "signed", "unchecked"
 

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .pack import PackError
+from ..errors import PackError
 
 NAMESPACE = "evpack"
 TIMEOUT_S = 60
