@@ -263,8 +263,9 @@ def test_pack_check_passes_then_catches_a_swapped_cubin_and_a_binary_without_it(
     # a cubin swapped in the pack after the build
     k = manifests["_C"]["kernels"][0]
     other = manifests["_C"]["kernels"][1]
-    shutil.copyfile(dest / "triton" / "_C" / other["files"]["cubin"]["path"],
-                    dest / "triton" / "_C" / k["files"]["cubin"]["path"])
+    base = dest / "triton" / "_C"
+    assert not (base / k["files"]["cubin"]["path"]).exists()  # kept inside xz, hashed as raw bytes
+    shutil.copyfile(base / f"{other['files']['cubin']['path']}.xz", base / f"{k['files']['cubin']['path']}.xz")
     assert any("does not hash" in p for p in build_triton.check(dest, {"_C": so_sha})[0])
     # a shared object that does not embed the cubins
     empty = tmp_path / "empty.so"

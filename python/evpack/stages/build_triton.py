@@ -2,11 +2,12 @@
 
 run side (`keep`): for each built extension with Triton kernels, build/triton/<ext>/manifest.json and every
 file it names but the fat binaries (cubin, PTX, Triton metadata, ptxas report) go to the pack's
-build/triton/<ext>/; each ptxas report also goes to build/ptxas/ (the PTXAS stage reads it like nvcc's);
+build/triton/<ext>/, each inside an xz stream (`<file>.xz`: 1.85 MB raw, 0.26 MB in xz on a quick pack; packs
+written before hold the plain files, and readers take either form through packfs.member); each ptxas report also goes to build/ptxas/ (the PTXAS stage reads it like nvcc's);
 build/triton.json records, per extension, the Triton versions and whether every cubin is embedded byte for
 byte in the shared object the build recorded (the binary the other stages load and hash).
 
-derive side (`check`): the kept files hash to what the manifest says, each cubin was found in the shared
+derive side (`check`): the kept files' raw bytes (inflated) hash to what the manifest says, each cubin was found in the shared
 object, and the Triton is the one torch requires. Standard library only.
 """
 from __future__ import annotations
@@ -17,8 +18,11 @@ import re
 import shutil
 from pathlib import Path
 
+from ..packfs import member, plain_name, read_stored, write_stored
+
 RECORD = "triton.json"
 KEPT = ("cubin", "ptx", "json", "ptxas.log")
+STORED_SUFFIX = ".xz"  # the form `keep` writes each kept file in; the manifest's sha256 is of the raw bytes
 
 
 def _sha256(path: Path) -> str:
@@ -49,8 +53,7 @@ def keep(repo: Path, dest: Path, built: dict[str, Path]) -> None:
                 if not _safe(rel):
                     problems.append(f"{rel!r} is not a <variant>/<file> name")
                     continue
-                (out / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src / rel, out / rel)
+                write_stored(out / f"{rel}{STORED_SUFFIX}", (src / rel).read_bytes())
                 if kind == "ptxas.log":
                     shutil.copyfile(src / rel, dest / "ptxas" / f"triton_{ext}_{rel.replace('/', '_')}")
             if (src / k["files"]["cubin"]["path"]).read_bytes() in so_bytes:
@@ -94,12 +97,30 @@ def check(stage_dir: Path, so_sha256: dict[str, str]) -> tuple[list[str], dict]:
         for k in kernels:
             for kind in KEPT:
                 f = k["files"][kind]
-                p = base / f["path"]
-                if not _safe(f["path"]) or not p.is_file():
-                    problems.append(f"triton {ext}: {f['path']} is missing")
-                elif _sha256(p) != f["sha256"]:
-                    problems.append(f"triton {ext}: {f['path']} does not hash to the manifest's {f['sha256'][:12]}")
+                problem = _kept_problem(base, f["path"], f["sha256"])
+                if problem:
+                    problems.append(f"triton {ext}: {problem}")
         data[ext] = {"kernels": len(kernels), "triton_version": rec.get("triton_version"),
                      "triton_required": rec.get("triton_required"),
                      "cubins": {f"{k['symbol']}@{k['arch']}": k["files"]["cubin"]["sha256"] for k in kernels}}
     return problems, data
+
+
+def _kept_problem(base: Path, rel: str, sha256: str) -> str:
+    """'' when the kept file `rel` (plain, or inside its xz or gzip stream) holds bytes hashing to `sha256`;
+    else one clause naming what is wrong (missing, stored twice, not inflatable, another hash)."""
+    if not isinstance(rel, str) or not _safe(rel):
+        return f"{rel} is missing"
+    folder, name = rel.split("/")
+    if not plain_name(folder) or not plain_name(name):
+        return f"{rel} is missing"
+    try:
+        path = member(base / folder, name)
+        if not path.is_file():
+            return f"{rel} is missing"
+        data = read_stored(path)
+    except (OSError, ValueError) as exc:  # stored twice, or a corrupt/truncated/bomb stream (CompressedFileError)
+        return f"{rel}: {exc}"
+    if hashlib.sha256(data).hexdigest() != sha256:
+        return f"{rel} does not hash to the manifest's {str(sha256)[:12]}"
+    return ""
