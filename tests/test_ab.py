@@ -16,7 +16,7 @@ from conftest import REPO, TESTS, run_cli
 
 from evpack.stages import bench as bench_stage
 from evpack.timing import ab, ab_stage, baseline_build
-from evpack.timing.summary import read_samples, records_of
+from evpack.timing.summary import read_samples, records_of, samples_file
 
 # the full-suite reference packs: the real per-call samples the rule is checked on
 REF_PACKS = [p.path for p in reference.ALL if p.suite == "full"]
@@ -129,7 +129,7 @@ def _ab_pairs(pack: Path) -> dict[str, tuple[list[float], list[float]]]:
 
     out = {}
     for folder in shard_dirs(pack / "bench"):
-        heads, bases = read_samples(folder / "samples.csv.gz"), read_samples(folder / ab.BASE_SAMPLES_FILE)
+        heads, bases = read_samples(folder / "samples.csv.gz"), read_samples(samples_file(folder, ab.BASE_SAMPLES))
         for e in json.loads((folder / ab.AB_FILE).read_text())["rows"]:
             out[e["key"]] = (heads[e["key"]], bases[ab.base_key(e["key"])])
     return out

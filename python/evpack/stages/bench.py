@@ -6,11 +6,12 @@ run() writes into the stage folder:
   clocks.json            SM clock under load before/after, throttle flag
   gpu_limits.json        nvidia-smi's power limits, SM/memory clocks and clock event reasons before and after
                          the timed shapes, and the SKU (envlock.gpu_limits; informational, not required)
-  samples.csv.gz         one row per timed sample: key, impl, variant, config, shape, mode, sample, time_us
+  samples.csv.xz         one row per timed sample: key, impl, variant, config, shape, mode, sample, time_us
+                         (older packs: samples.csv.gz; every samples file likewise)
   summary.json.xz        rows (records + statistics), leaderboard, canonical speedup (older packs: summary.json)
   run.json               suite, options, device, GPU seconds and $ cost, previous pack id
   previous_summary.json.xz  copy of the previous pack's summary (only with option previous_pack)
-  ab.json, ab_samples.csv.gz, ab_binary.json, ab_build/
+  ab.json, ab_samples.csv.xz, ab_binary.json, ab_build/
                          only with --baseline REF: REF's build, its samples and the A/B verdicts
                          (evpack.timing.ab_stage; REF's rows are timed in the same rounds as ours)
   bench.log, *.png       progress log and plots
@@ -20,11 +21,11 @@ run() writes into the stage folder:
                          against fresh content (timing/content_probe.py)
   canary_content_cache.json, canary_timing_aware.json
                          (summary schema 2) the two other bench canaries (stages/bench_canaries.py)
-  ab_confirm_samples.csv.gz
+  ab_confirm_samples.csv.xz
                          (--baseline, rule version 2) the confirmation round of rows the A/B would call SLOWER
 With a GPU list (options["gpus"]) the suite's shapes are split over the GPUs, one process each, into
 shard<k>/ folders that hold the files above (stages/bench_shards.py documents that layout).
-derive() recomputes the summary from samples.csv.gz + ceilings.json (schema 2: + run.json's device and
+derive() recomputes the summary from samples.csv.xz + ceilings.json (schema 2: + run.json's device and
 clocks.json's clock for the exp floor) and requires it to match, then applies timing/integrity.py (speed of
 light, device drain, persisting L2, timed outputs; schema 2: unique timed content, timed outputs against the
 reference of their own inputs, the content probe) to the rows, and requires each canary to be caught by the
@@ -52,7 +53,7 @@ SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
 NEEDS_GPU, TIMEOUT_S = SPEC.needs_gpu, SPEC.timeout_s
 REQUIRED_FILES = SPEC.required_files  # raw files a stage that decided keeps (verify requires them)
 BINARY_RECORD = SPEC.binary_record  # the record of the binary a passing stage loaded
-REQUIRED = (sm.SAMPLES_FILE, "ceilings.json", "run.json", "clocks.json", "binary.json")  # and the summary
+REQUIRED = ("ceilings.json", "run.json", "clocks.json", "binary.json")  # and the summary and samples
 META_KEYS = bench_outcome.META_KEYS
 CANARY = bench_canaries.SIDE_STREAM
 CANARY_FILE = bench_canaries.FILES[CANARY]
@@ -398,6 +399,8 @@ def _probe_problem(probe: dict, rows: list[dict]) -> str:
 
 def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     missing = [n for n in REQUIRED if not (stage_dir / n).is_file()]
+    if not sm.has_samples(stage_dir):
+        missing.insert(0, sm.SAMPLES_FILE)
     if not sm.has_summary(stage_dir):
         missing.insert(0, sm.SUMMARY_FILE)
     if missing:
@@ -406,7 +409,7 @@ def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         written = sm.read_summary(stage_dir)
         ceil, run_info = read_json(stage_dir / "ceilings.json"), read_json(stage_dir / "run.json")
         clk = read_json(stage_dir / "clocks.json")
-        samples = sm.read_samples(stage_dir / sm.SAMPLES_FILE)
+        samples = sm.read_samples(sm.samples_file(stage_dir))
         from ..timing.ceilings import rates
         from ..timing.clocks import highest_sm_mhz
         from ..timing.roofline import physics_of

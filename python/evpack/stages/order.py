@@ -61,7 +61,7 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("canaries", _GATES_WITH_CANARIES, CPU, 60, ("expected.json",), after=("bench",), reads_stages=True),
     # full suite budget 8 min + ceilings, build load and plots; last on the GPU, nothing beside it
     StageSpec("bench", ("build",), GPU_EXCLUSIVE, 900,
-              ("bench.log", "run.json", "samples.csv.gz", "summary.json*", "ceilings.json", "clocks.json"),
+              ("bench.log", "run.json", "samples.csv.*", "summary.json*", "ceilings.json", "clocks.json"),
               "binary.json", ("canary_side_stream", "canary_content_cache", "canary_timing_aware"),
               after=_GATES_WITH_CANARIES, alone=True),
 )

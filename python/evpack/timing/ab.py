@@ -54,7 +54,8 @@ SAME, FASTER, SLOWER, UNSURE = "SAME", "FASTER", "SLOWER", "UNSURE"
 VERDICTS = (SAME, FASTER, SLOWER, UNSURE)
 OURS, BASE = "evpack", "base"  # impl of the head's rows / of the base's rows in the run
 AB_FILE = "ab.json"
-BASE_SAMPLES_FILE = "ab_samples.csv.gz"
+BASE_SAMPLES = "ab_samples.csv"  # a samples member (summary.samples_file finds .xz, or older packs' .gz)
+BASE_SAMPLES_FILE = f"{BASE_SAMPLES}.xz"  # the name a writer gives it
 RULE_V1 = {
     "name": "median-ratio-ci",
     "test": "ratio of medians head/base; distribution-free order-statistic CI of each median at "

@@ -3,11 +3,14 @@
 Files (only in a run with `--baseline REF` / `--self-check`):
   ab_build/build.log, ab_build/result.json   REF's build (copied from the worktree's build output)
   ab_binary.json                              the base shared object this process loaded + SHA-256
-  ab_samples.csv.gz                           the base's raw samples (same columns as samples.csv.gz)
-  ab.json                                     ab.build_ab(): meta, rule, base records, verdicts
-  ab_confirm_samples.csv.gz                   rule version 2: the confirmation round's samples (head and
+  ab_samples.csv.xz                           the base's raw samples (same columns as samples.csv.xz)
+  ab.json                                     ab.build_ab(): meta, rule, base records, verdicts; written as
+                                              ab.json.xz when over AB_XZ_FROM_BYTES (a full suite's is ~1 MB)
+  ab_confirm_samples.csv.xz                   rule version 2: the confirmation round's samples (head and
                                               base) of the rows re-timed before a SLOWER verdict; their
                                               records are ab.json's confirm_records
+Older packs hold the samples as .csv.gz and ab.json plain: every reader takes either form (packfs.member, one
+form per file).
 
 Status of the A/B part (ab.json "status"): pass = both sides were timed and compared (the
 verdicts say faster/slower); error = the base did not build, load or run (reason and log kept),
@@ -22,15 +25,19 @@ import logging
 import shutil
 from pathlib import Path
 
+from ..jsonio import COMPACT_FROM_BYTES, json_text, read_member_json
+from ..packfs import stored_forms, write_stored
 from . import ab
 from .shards import shard_dirs
-from .summary import read_samples
+from .summary import read_samples, samples_file
 
 log = logging.getLogger(__name__)
 
 BUILD_DIR = "ab_build"
 BINARY_FILE = "ab_binary.json"
-CONFIRM_SAMPLES_FILE = "ab_confirm_samples.csv.gz"
+CONFIRM_SAMPLES = "ab_confirm_samples.csv"
+CONFIRM_SAMPLES_FILE = f"{CONFIRM_SAMPLES}.xz"  # the name a writer gives it (older packs: .csv.gz)
+AB_XZ_FROM_BYTES = COMPACT_FROM_BYTES  # an ab.json larger than this is stored as ab.json.xz
 META_KEYS = ("status", "reason", "base_ref", "base_commit", "head_commit", "head_dirty", "self_check",
              "base_so_sha256", "head_so_sha256", "base_build")
 
@@ -39,18 +46,18 @@ def required_files(bench_dir: Path) -> tuple[str, ...]:
     """The A/B files a bench folder with an ab.json keeps: the base build's record and log when the base was
     built, the base binary and samples when both sides were timed (ab.json's own record says which)."""
     try:
-        meta = json.loads((bench_dir / "ab.json").read_text(encoding="utf-8"))
+        meta = read_member_json(bench_dir, ab.AB_FILE)
     except FileNotFoundError:
         return ()
     except (OSError, ValueError, RecursionError):
-        return ("ab.json",)  # unreadable: the derivation names it
+        return ("ab.json*",)  # unreadable: the derivation names it
     if not isinstance(meta, dict):
         return ()
     out: tuple[str, ...] = ()
     if meta.get("base_build") is not None:
         out += (f"{BUILD_DIR}/result.json", f"{BUILD_DIR}/build.log")
     if meta.get("status") == "pass":
-        out += (BINARY_FILE, "ab_samples.csv.gz")
+        out += (BINARY_FILE, f"{ab.BASE_SAMPLES}.*")
     return out
 
 
@@ -121,7 +128,7 @@ def split_confirm(samples: dict[str, list[float]]) -> dict:
 
 def write(stage_dir: Path, meta: dict, head_rows: list[dict], head_samples: dict, base_records: list[dict],
           base_samples: dict, confirm_records: list[dict] | None = None, confirm_samples: dict | None = None) -> dict:
-    """Write ab_samples.csv.gz (and, with a confirmation round, ab_confirm_samples.csv.gz) and ab.json; returns
+    """Write ab_samples.csv.xz (and, with a confirmation round, ab_confirm_samples.csv.xz) and ab.json(.xz); returns
     the ab.json content."""
     from .summary import write_samples
 
@@ -138,13 +145,25 @@ def write(stage_dir: Path, meta: dict, head_rows: list[dict], head_samples: dict
         data["confirm_records"] = list(confirm_records or [])
     except Exception as exc:  # noqa: BLE001 - the A/B must never cost the head's benchmark
         log.warning("A/B: could not write the base's results: %s", exc)
-        (stage_dir / ab.BASE_SAMPLES_FILE).unlink(missing_ok=True)
-        (stage_dir / CONFIRM_SAMPLES_FILE).unlink(missing_ok=True)
+        for p in stored_forms(stage_dir, ab.BASE_SAMPLES) + stored_forms(stage_dir, CONFIRM_SAMPLES):
+            p.unlink(missing_ok=True)
         why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         data = ab.build_ab(dict(meta, status="error", reason=f"writing the A/B failed: {why}"), [], {}, [], {})
         data["confirm_records"] = []
-    _write_json(stage_dir / ab.AB_FILE, data)
+    write_ab(stage_dir, data)
     return data
+
+
+def write_ab(stage_dir: Path, data: dict) -> Path:
+    """ab.json, or ab.json.xz when its text is over AB_XZ_FROM_BYTES (a full self-check's is ~1 MB, ~0.1 MB in
+    xz); the other form is removed, so the folder holds one. Returns the file written."""
+    text = json_text(data).encode("ascii")
+    path = stage_dir / (f"{ab.AB_FILE}.xz" if len(text) > AB_XZ_FROM_BYTES else ab.AB_FILE)
+    for old in stored_forms(stage_dir, ab.AB_FILE):
+        if old != path:
+            old.unlink()
+    write_stored(path, text)
+    return path
 
 
 def known_rule(written: dict) -> tuple[dict | None, str]:
@@ -162,20 +181,19 @@ def known_rule(written: dict) -> tuple[dict | None, str]:
 
 def derive(stage_dir: Path, head_rows: list[dict], head_samples: dict, expected_commit: str | None):
     """(ab.json re-derived or None, problem or ''). Standard library only (verify)."""
-    path = stage_dir / ab.AB_FILE
-    if not path.is_file():
+    if not stored_forms(stage_dir, ab.AB_FILE):
         return None, (f"run.json names baseline {expected_commit[:12]} but there is no {ab.AB_FILE}"
                       if expected_commit else "")
     try:
-        written = json.loads(path.read_text(encoding="utf-8"))
+        written = read_member_json(stage_dir, ab.AB_FILE)
         meta = {k: written[k] for k in META_KEYS}
         rule, problem = known_rule(written)
         if problem:
             return None, problem
         base_records = written["base_records"]
-        sample_file = stage_dir / ab.BASE_SAMPLES_FILE
+        sample_file = samples_file(stage_dir, ab.BASE_SAMPLES)
         base_samples = read_samples(sample_file) if sample_file.is_file() else {}
-        confirm_file = stage_dir / CONFIRM_SAMPLES_FILE
+        confirm_file = samples_file(stage_dir, CONFIRM_SAMPLES)
         confirm_samples = read_samples(confirm_file) if rule.get("version", 1) >= 2 and confirm_file.is_file() else {}
         recomputed = ab.build_ab(meta, head_rows, head_samples, base_records, base_samples, rule,
                                  split_confirm(confirm_samples))
@@ -206,10 +224,10 @@ def outcome_data(ab_data: dict) -> dict:
 
 def load(stage_dir: Path) -> dict | None:
     """The run's A/B (merged over the shards of a sharded benchmark); None without one. Raises on unreadable files."""
-    files = [d / ab.AB_FILE for d in shard_dirs(stage_dir) if (d / ab.AB_FILE).is_file()]
-    if not files:
+    folders = [d for d in shard_dirs(stage_dir) if stored_forms(d, ab.AB_FILE)]
+    if not folders:
         return None
-    return ab.merge([json.loads(p.read_text(encoding="utf-8")) for p in files])
+    return ab.merge([read_member_json(d, ab.AB_FILE) for d in folders])
 
 
 def report_section(stage_dir: Path) -> str:

@@ -34,13 +34,16 @@ V1_STAT_KEYS = ("n", "median_us", "q1_us", "q3_us", "iqr_us", "rel_iqr", "ci_lo_
                 "min_us", "max_us", "tflops", "gbps", "floor_us", "pct_floor", "bound", "speedup_vs")
 V2_STAT_KEYS = ("floor_mma_us", "floor_exp_us", "floor_mem_us", "pct_sol", "timed_content_unique")
 STAT_KEYS = V1_STAT_KEYS + V2_STAT_KEYS  # derived from samples + ceilings (+ physics): never trusted as written
-SAMPLES_FILE = "samples.csv.gz"  # gzip: a full suite holds ~10^6 samples
 # summary.json (and previous_summary.json) are written inside xz: a quick suite's summary is 0.73 MB of
 # indented rows, 50 KB in xz; a full suite's three times that. Older packs hold the plain file: readers take
 # either form (read_summary), never both (packfs.member refuses two forms of one file).
 SUMMARY_FILE = "summary.json"
 PREVIOUS_FILE = "previous_summary.json"
 STORED_SUFFIX = ".xz"
+# samples.csv (a full suite holds ~10^6 samples) is written inside xz (samples.csv.xz: 0.92 MB in gzip, a third
+# of that in xz on a quick pack); older packs hold samples.csv.gz. Readers find either through samples_file.
+SAMPLES = "samples.csv"
+SAMPLES_FILE = f"{SAMPLES}{STORED_SUFFIX}"  # the name a writer gives it
 SAMPLE_COLUMNS = ("key", "impl", "variant", "config", "shape", "mode", "sample", "time_us")
 
 
@@ -237,9 +240,24 @@ def write_samples(path: Path, rows: list[dict], samples: dict[str, list[float]])
             for c, v in zip(SAMPLE_COLUMNS, (key, r["impl"], r["variant"], r["config"], r["shape"], r["mode"], i, t),
                             strict=True):
                 data[c].append(v)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pd.DataFrame(data, columns=list(SAMPLE_COLUMNS)).to_csv(tmp, index=False, compression="gzip")
-    tmp.replace(path)
+    from ..packfs import write_stored
+
+    text = pd.DataFrame(data, columns=list(SAMPLE_COLUMNS)).to_csv(index=False, lineterminator="\n")
+    write_stored(path, text.encode("utf-8"))  # in the form path's suffix names (.xz now, .gz in older packs)
+
+
+def samples_file(folder: Path, name: str = SAMPLES) -> Path:
+    """The file holding samples member `name` (samples.csv, ab_samples.csv, ...) of `folder`: name.xz (packs of
+    now), name.gz (older packs) or name (folder/name when none is present); ValueError when two forms are."""
+    from ..packfs import member
+
+    return member(Path(folder), name)
+
+
+def has_samples(folder: Path, name: str = SAMPLES) -> bool:
+    from ..packfs import stored_forms
+
+    return bool(stored_forms(Path(folder), name))
 
 
 def _sample_fields(lines: list[str], columns: list[str]):
@@ -267,17 +285,19 @@ def _sample_fields(lines: list[str], columns: list[str]):
 def read_samples(path: Path) -> dict[str, list[float]]:
     """{key: times in sample order}; raises ValueError on a malformed file.
 
-    Standard library only (csv + gzip), so `verify` re-derives the benchmark on a bare Python;
+    `path` in any stored form (.xz, .gz, plain: packfs.read_stored). Standard library only (csv, lzma, gzip),
+    so `verify` re-derives the benchmark on a bare Python;
     every field is read as text and time_us parsed by float(): an exact round trip.
     """
     import csv
-    import zlib
 
-    from ..packfs import read_gzip  # inflated up to a limit: a decompression bomb is an error
+    from .. import packfs  # inflated up to packfs' limit (read when called): a bomb is an error
 
     try:
-        lines = read_gzip(path).decode("utf-8").splitlines()
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
+        lines = packfs.read_stored(path, packfs.MAX_INFLATED_BYTES).decode("utf-8").splitlines()
+    except packfs.CompressedFileError as exc:
+        raise ValueError(str(exc)) from None
+    except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path.name}: {exc}") from None
     if not lines:
         raise ValueError(f"{path.name}: no header")
