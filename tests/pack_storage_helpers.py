@@ -1,5 +1,6 @@
 """Rewrite a finished pack's large files into the storage forms the current writers use (sass dumps and
-histogram.csv in xz, bench/summary.json in xz, oracle results over 64 KiB in xz, large JSON unindented), then
+histogram.csv in xz, bench/summary.json in xz, oracle results over 64 KiB in xz, large JSON unindented, the Triton
+build files in xz, every bench samples file as .csv.xz, ab.json over 64 KiB in xz), then
 re-derive, rewrite the outcomes and pack.json and re-index: what a run of the current code writes, from a
 pack made before it. Used by the storage tests and to measure pack sizes."""
 from __future__ import annotations
@@ -14,8 +15,10 @@ from evpack.packfs import read_stored, write_stored
 from evpack.provenance import attest
 from evpack.provenance.statement import RunFacts
 from evpack.records.pack import PackRecord
+from evpack.stages import build_triton
 from evpack.stages import correctness as correctness_stage
 from evpack.stages import sass as sass_stage
+from evpack.timing import ab_stage
 
 
 def restore(pack_dir: Path) -> None:
@@ -41,6 +44,18 @@ def restore(pack_dir: Path) -> None:
         if (bdir / name).is_file():
             write_stored(bdir / f"{name}.xz", (bdir / name).read_bytes())
             (bdir / name).unlink()
+    tdir = pack_dir / "build" / "triton"
+    for ext in sorted(tdir.iterdir()) if tdir.is_dir() else ():
+        for p in sorted(ext.glob("*/*")):
+            if p.is_file() and p.suffix not in (".xz", ".gz") and p.name.endswith(build_triton.KEPT):
+                write_stored(p.with_name(p.name + build_triton.STORED_SUFFIX), p.read_bytes())
+                p.unlink()
+    for folder in [bdir, *sorted(bdir.glob("shard*"))] if bdir.is_dir() else ():
+        for p in sorted(folder.glob("*samples.csv.gz")):
+            write_stored(p.with_suffix(".xz"), read_stored(p))
+            p.unlink()
+        if (folder / "ab.json").is_file():
+            ab_stage.write_ab(folder, json.loads((folder / "ab.json").read_text()))
     for p in pack_dir.rglob("*.json"):  # the writers' form of large JSON: without indentation
         if p.stat().st_size > 64 << 10 and p.parent.name != "correctness":
             write_json(p, json.loads(p.read_text()))

@@ -118,11 +118,17 @@ def test_a_pack_in_the_xz_forms_verifies_and_is_smaller(rewritten):
     assert not list(pack.rglob("*.sass.gz")) and list((pack / "sass").glob("*.sass.xz"))
     assert (pack / "bench" / "summary.json.xz").is_file() and not (pack / "bench" / "summary.json").exists()
     assert (pack / "sass" / "histogram.csv.xz").is_file()
+    for shard in ("shard0", "shard1"):  # the samples as .csv.xz, the self-check's ab.json (385 KB) in xz
+        d = pack / "bench" / shard
+        assert {p.name for p in d.glob("*samples.csv*")} == {"samples.csv.xz", "ab_samples.csv.xz"}
+        assert (d / "ab.json.xz").is_file() and not (d / "ab.json").exists()
     assert verify_pack(pack) == []
     assert total_bytes(pack) < before * 0.6
 
 
-@pytest.mark.parametrize("target", ["sass/evpack._C.sass.xz", "bench/summary.json.xz", "sass/histogram.csv.xz"])
+@pytest.mark.parametrize("target", ["sass/evpack._C.sass.xz", "bench/summary.json.xz", "sass/histogram.csv.xz",
+                                    "bench/shard0/samples.csv.xz", "bench/shard1/ab_samples.csv.xz",
+                                    "bench/shard0/ab.json.xz"])
 def test_a_corrupted_compressed_member_fails_verify(rewritten, tmp_path, target):
     pack = copy_pack(rewritten[0], tmp_path)
     f = pack / target
@@ -152,3 +158,34 @@ def test_a_member_stored_twice_fails_verify(rewritten, tmp_path):
     from evpack.stages import bench
 
     assert "stored twice" in bench.derive(pack / "bench", pack).reason
+
+
+@pytest.mark.parametrize("name", ["samples.csv", "ab_samples.csv", "ab.json"])
+def test_a_bench_member_in_both_forms_fails_verify(rewritten, tmp_path, name):
+    """The older form put back beside the new one (and re-indexed): the bench stage refuses the folder."""
+    from evpack import pack as pack_mod
+
+    pack = copy_pack(rewritten[0], tmp_path)
+    d = pack / "bench" / "shard0"
+    old = d / (name if name.endswith(".json") else f"{name}.gz")
+    write_stored(old, read_stored(d / f"{name}.xz"))
+    (pack / "index.json").unlink()
+    for f in ("provenance.json", "provenance.json.sig"):
+        (pack / f).unlink(missing_ok=True)
+    pack_mod.write_index(pack)
+    problems = verify_pack(pack)
+    assert "stage bench: pack.json says pass but its files give error" in problems, problems
+
+
+def test_samples_round_trip_in_every_form(tmp_path):
+    """The one samples reader takes what the writer writes (.xz) and the older packs' .gz, value for value."""
+    rows = [{"key": "evpack|mma|m64|B=1,H=2,S=128,D=64,dtype=fp16,causal=0|cold", "impl": "evpack", "variant": "mma",
+             "config": "m64", "shape": "B=1,H=2,S=128,D=64,dtype=fp16,causal=0", "mode": "cold"}]
+    samples = {rows[0]["key"]: [12.5, 0.1 + 0.2, 1e-7, 123456.789]}
+    for suffix in (".xz", ".gz"):
+        d = tmp_path / suffix[1:]
+        sm.write_samples(d / f"{sm.SAMPLES}{suffix}", rows, samples)
+        assert sm.samples_file(d) == d / f"{sm.SAMPLES}{suffix}" and sm.has_samples(d)
+        assert sm.read_samples(sm.samples_file(d)) == samples
+    assert sm.SAMPLES_FILE == "samples.csv.xz"
+    assert read_stored(tmp_path / "xz" / "samples.csv.xz") == read_stored(tmp_path / "gz" / "samples.csv.gz")
