@@ -65,7 +65,7 @@ class RefPack:
                    signed=(path / "provenance.json.sig").is_file(), carried=len(inc.get("carried") or []),
                    label=pj.get("label", ""), commit=git.get("commit"), dirty=bool(git.get("dirty")),
                    gpus=len(options.get("gpus") or []) or 1,
-                   ab=any((path / "bench").rglob("ab.json")) if (path / "bench").is_dir() else False)
+                   ab=any((path / "bench").rglob("ab.json*")) if (path / "bench").is_dir() else False)
 
 
 def _packs() -> tuple[RefPack, ...]:

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
 
+from evpack.jsonio import read_member_json  # noqa: E402
 from evpack.timing import ab, harness  # noqa: E402
 from evpack.timing.stats import StopRule  # noqa: E402
 from evpack.timing.suites import Shape, SuiteShape, load_suite  # noqa: E402
@@ -74,7 +75,8 @@ def test_quick_suite_self_check_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     pack = next(p for p in (tmp_path / "packs").iterdir() if p.is_dir() and not p.is_symlink()
                 and not p.name.startswith("."))
-    data = json.loads((pack / "bench" / ab.AB_FILE).read_text())
+    data = read_member_json(pack / "bench", ab.AB_FILE)  # ab.json, or ab.json.xz (a quick suite's is ~0.4 MB)
+    assert list((pack / "bench").rglob("samples.csv.xz")) and list((pack / "bench").rglob("ab_samples.csv.xz"))
     assert data["status"] == "pass", data["reason"]
     assert data["self_check"] and data["base_commit"] == data["head_commit"]
     assert len(data["base_so_sha256"]) == 64 and len(data["head_so_sha256"]) == 64

@@ -7,12 +7,12 @@ three canary records) or, with schema=1, one as packs made before issue 25 hold.
 """
 from __future__ import annotations
 
-import gzip
 import json
 
 import numpy as np
 import pytest
 
+from evpack.packfs import read_stored, write_stored
 from evpack.reporting import bench_sections
 from evpack.reporting.blocks import Details, Figure, Md, to_markdown
 from evpack.stages import bench as stage
@@ -148,13 +148,18 @@ def test_derive_pass_and_data(tmp_path, schema):
     assert out.data["content_probe"] == {"kernels": 3, "flagged": []}
 
 
-def test_derive_detects_tampered_samples(tmp_path):
+@pytest.mark.parametrize("suffix", [".xz", ".gz"])  # the form written now, and older packs' form
+def test_derive_detects_tampered_samples(tmp_path, suffix):
     d = make_stage(tmp_path)
-    lines = gzip.decompress((d / sm.SAMPLES_FILE).read_bytes()).decode().splitlines()
+    lines = read_stored(d / sm.SAMPLES_FILE).decode().splitlines()
+    (d / sm.SAMPLES_FILE).unlink()
+    assert stage.derive(d, d.parent).status == ERROR  # no samples in any form
+    write_stored(d / f"{sm.SAMPLES}{suffix}", ("\n".join(lines) + "\n").encode())
+    assert stage.derive(d, d.parent).status != ERROR
     parts = lines[5].split(",")
     parts[-1] = str(float(parts[-1]) * 3)
     lines[5] = ",".join(parts)
-    (d / sm.SAMPLES_FILE).write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    write_stored(d / f"{sm.SAMPLES}{suffix}", ("\n".join(lines) + "\n").encode())
     out = stage.derive(d, d.parent)
     assert out.status == ERROR and "disagrees" in out.reason
 
@@ -164,7 +169,7 @@ def test_derive_missing_and_corrupt_files(tmp_path):
     (d / "ceilings.json").unlink()
     assert stage.derive(d, d.parent).status == ERROR
     d = make_stage(tmp_path, name="b")
-    (d / sm.SAMPLES_FILE).write_bytes(gzip.compress(b"key,time_us\nx,1\n"))
+    write_stored(d / sm.SAMPLES_FILE, b"key,time_us\nx,1\n")
     out = stage.derive(d, d.parent)
     assert out.status == ERROR and "corrupt" in out.reason
     write_text(d / sm.SAMPLES_FILE, "not gzip")
