@@ -40,10 +40,11 @@ def restore(pack_dir: Path) -> None:
     for p in sorted(cdir.glob("*.json")) if cdir.is_dir() else ():
         correctness_stage.store_result(p)
     bdir = pack_dir / "bench"
-    for name in ("summary.json", "previous_summary.json"):
-        if (bdir / name).is_file():
-            write_stored(bdir / f"{name}.xz", (bdir / name).read_bytes())
-            (bdir / name).unlink()
+    for folder in [bdir, *sorted(bdir.glob("shard*"))] if bdir.is_dir() else ():  # a shard's, as the top's
+        for name in ("summary.json", "previous_summary.json"):
+            if (folder / name).is_file():
+                write_stored(folder / f"{name}.xz", (folder / name).read_bytes())
+                (folder / name).unlink()
     tdir = pack_dir / "build" / "triton"
     for ext in sorted(tdir.iterdir()) if tdir.is_dir() else ():
         for p in sorted(ext.glob("*/*")):
