@@ -5,7 +5,7 @@ Files (only in a run with `--baseline REF` / `--self-check`):
   ab_binary.json                              the base shared object this process loaded + SHA-256
   ab_samples.csv.xz                           the base's raw samples (same columns as samples.csv.xz)
   ab.json                                     ab.build_ab(): meta, rule, base records, verdicts; written as
-                                              ab.json.xz when over AB_XZ_FROM_BYTES (a full suite's is ~1 MB)
+                                              ab.json.xz when over AB_XZ_FROM_BYTES (385 KB per shard of a full suite)
   ab_confirm_samples.csv.xz                   rule version 2: the confirmation round's samples (head and
                                               base) of the rows re-timed before a SLOWER verdict; their
                                               records are ab.json's confirm_records
@@ -155,8 +155,8 @@ def write(stage_dir: Path, meta: dict, head_rows: list[dict], head_samples: dict
 
 
 def write_ab(stage_dir: Path, data: dict) -> Path:
-    """ab.json, or ab.json.xz when its text is over AB_XZ_FROM_BYTES (a full self-check's is ~1 MB, ~0.1 MB in
-    xz); the other form is removed, so the folder holds one. Returns the file written."""
+    """ab.json, or ab.json.xz when its text is over AB_XZ_FROM_BYTES (the full self-check reference pack's: 385 KB
+    per shard, 25 KB in xz); the other form is removed, so the folder holds one. Returns the file written."""
     text = json_text(data).encode("ascii")
     path = stage_dir / (f"{ab.AB_FILE}.xz" if len(text) > AB_XZ_FROM_BYTES else ab.AB_FILE)
     for old in stored_forms(stage_dir, ab.AB_FILE):
