@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from evpack.provenance.check import check_provenance
 from evpack.provenance.sigform import ED25519_L, armor, signature_form_problem
+from evpack.errors import PackError
 from evpack.verify import check_index, verify_all
 
 SIGNED = reference.SIGNED
@@ -43,13 +44,21 @@ def pristine(tmp_path_factory) -> Path:
 def _problems(pack: Path) -> list[str]:
     """What verify --require-signature reports before any derivation: the index and the signed statement.
     verify_all returns these problems verbatim (test_full_verify_reports_the_same_problem)."""
-    return check_index(pack) + list(check_provenance(pack, allowed_signers=ALLOWED, require_signature=True).problems)
+    try:  # a pack without index.json is refused outright (the CLI's one line, exit 1): that is a problem too
+        index = check_index(pack)
+    except PackError as exc:
+        index = [str(exc)]
+    return index + list(check_provenance(pack, allowed_signers=ALLOWED, require_signature=True).problems)
 
 
 def _rehash(pack: Path) -> None:
     """A forger's index.json: every file but the unindexed ones, hashed as it now is."""
     files = sorted(p.relative_to(pack).as_posix() for p in pack.rglob("*") if p.is_file())
-    index = json.loads((pack / "index.json").read_text())
+    try:  # an earlier edit may have corrupted or removed index.json: the forger then writes a whole new one
+        index = json.loads((pack / "index.json").read_text())
+    except (OSError, ValueError):
+        index = {}
+    index = index if isinstance(index, dict) else {}
     index["files"] = {f: hashlib.sha256((pack / f).read_bytes()).hexdigest() for f in files
                       if f not in UNINDEXED and f != "index.json"}
     (pack / "index.json").write_text(json.dumps(index, indent=2) + "\n")
