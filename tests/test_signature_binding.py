@@ -20,9 +20,9 @@ from conftest import copy_pack, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from evpack.errors import PackError
 from evpack.provenance.check import check_provenance
 from evpack.provenance.sigform import ED25519_L, armor, signature_form_problem
-from evpack.errors import PackError
 from evpack.verify import check_index, verify_all
 
 SIGNED = reference.SIGNED
