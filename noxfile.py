@@ -29,6 +29,7 @@ nox.options.reuse_venv = "yes"
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 TORCH_VENV = "none" if HAS_TORCH else None  # reuse the GPU machine's interpreter
 EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+TEST_WORKERS = 4  # nox -s tests: the most pytest-xdist workers (CI has 2 cores)
 # The sessions whose command needs no torch, and the extras each installs.
 LIGHT = {"verify": (), "label": (), "compare": (), "history": (), "merge": (), "report": ("report",)}
 # torch for a CPU virtualenv. Every torch 2.13.0 wheel for Linux x86_64 on PyPI is a CUDA build (527 MB,
@@ -191,7 +192,10 @@ def history(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """CPU test suite (GPU tests are skipped with a reason where there is no CUDA device)."""
     _install(session, groups=("cpu", "test"))
-    session.run("python", "-m", "pytest", *(session.posargs or ["tests"]),
+    # the whole suite: one worker per core (at most TEST_WORKERS), each taking whole files (their module
+    # fixtures are made once); named tests or options run as given, in one process
+    default = ["tests", "-n", "auto", "--maxprocesses", str(TEST_WORKERS), "--dist", "loadfile"]
+    session.run("python", "-m", "pytest", *(session.posargs or default),
                 env={"MAX_JOBS": os.environ.get("MAX_JOBS", "2")})
 
 

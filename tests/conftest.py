@@ -47,6 +47,44 @@ def _private_tool_cache(tmp_path_factory):
         yield
 
 
+# Variables the libraries set in-process for themselves (pytest per phase; Triton and TorchInductor when a
+# test compiles in-process): not a test's leak, and not put back (the library may rely on them).
+_LIBRARY_OWNED = ("PYTEST_CURRENT_TEST", "TRITON_", "_TORCHINDUCTOR", "TORCHINDUCTOR_")
+
+
+def _environ() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(_LIBRARY_OWNED)}
+
+
+def _put_back(before: dict[str, str], who: str) -> None:
+    """Fail `who` if os.environ differs from `before`, after putting it back."""
+    after = _environ()
+    if after == before:
+        return
+    for k in after.keys() - before.keys():
+        del os.environ[k]
+    os.environ.update(before)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    pytest.fail(f"{who} left os.environ changed: {', '.join(changed)} (use monkeypatch)", pytrace=False)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_environment_leak_from_a_module():
+    """The same for a module's fixtures: a module-scoped fixture runs before any test's own guard. A leaked
+    FAKE_PLAN once made every later `run_cli` verify the real reference packs on the stand-in stages."""
+    before = _environ()
+    yield
+    _put_back(before, "this module (a fixture of it)")
+
+
+@pytest.fixture(autouse=True)
+def _no_environment_leak():
+    """A test that leaves os.environ changed fails here, and the environment is put back."""
+    before = _environ()
+    yield
+    _put_back(before, "the test")
+
+
 @pytest.fixture
 def fake_env(monkeypatch, tmp_path):
     """Run the real pipeline on stand-in stages; returns a function(plan) -> env for subprocesses."""

@@ -24,10 +24,10 @@ from evpack.verify import verify_pack
 VARIANTS = ["scalar", "wmma"]
 
 
-def _run(root: Path, plan: dict, *, fresh: bool = False) -> Path:
+def _run(mp: pytest.MonkeyPatch, root: Path, plan: dict, *, fresh: bool = False) -> Path:
     from evpack.evidence import run_evidence
 
-    os.environ["FAKE_PLAN"] = json.dumps({"cells": True, **plan})
+    mp.setenv("FAKE_PLAN", json.dumps({"cells": True, **plan}))  # undone with mp: later tests see real stages
     return run_evidence(REPO, selected=None, packs_root=root, options={"variants": VARIANTS}, stages=FAKE,
                         gpu=(True, ""), fresh=fresh).pack
 
@@ -39,9 +39,9 @@ def chain(tmp_path_factory):
     root = tmp_path_factory.mktemp("incr") / "packs"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(REPO / "python")]))
-        p1 = _run(root, {})
-        p2 = _run(root, {"device_edit": ["wmma"]})
-        p3 = _run(root, {"device_edit": ["wmma"]})
+        p1 = _run(mp, root, {})
+        p2 = _run(mp, root, {"device_edit": ["wmma"]})
+        p3 = _run(mp, root, {"device_edit": ["wmma"]})
     return root, p1, p2, p3
 
 
@@ -110,21 +110,21 @@ def test_with_nothing_changed_one_variant_per_stage_still_runs_and_the_origin_is
     assert _problems(p3) == []
 
 
-def test_fresh_carries_nothing(chain, tmp_path, fake_plan_env):
+def test_fresh_carries_nothing(chain, tmp_path, fake_plan_env, monkeypatch):
     root = _copy_root(chain[0], tmp_path / "packs")
-    pack = _run(root, {"device_edit": ["wmma"]}, fresh=True)
+    pack = _run(monkeypatch, root, {"device_edit": ["wmma"]}, fresh=True)
     inc = _inc(pack)
     assert inc["fresh"] is True and inc["carried"] == [] and inc["keys"]
     assert all("carried_from" not in r for s in CARRY_STAGES for r in read_json(pack / s / "procs.json").values())
     assert _problems(pack) == []
 
 
-def test_a_previous_pack_that_does_not_verify_is_not_carried_from(chain, tmp_path, fake_plan_env):
+def test_a_previous_pack_that_does_not_verify_is_not_carried_from(chain, tmp_path, fake_plan_env, monkeypatch):
     root = _copy_root(chain[0], tmp_path / "packs")
     newest = sorted(p for p in root.iterdir() if p.name[0].isdigit())[-1]
     log = newest / "correctness" / "canary_wrong_result.log"
     log.write_text(log.read_text() + "edited\n")
-    pack = _run(root, {"device_edit": ["wmma"]})
+    pack = _run(monkeypatch, root, {"device_edit": ["wmma"]})
     inc = _inc(pack)
     assert inc["carried"] == [] and f"{newest.name} does not verify" in inc["reason"]
 

@@ -97,13 +97,23 @@ def shard_bench(src: Path, dst: Path, groups: list[list[str]]) -> None:
     (dst / "run.json").write_text(json.dumps(dict(run, shards=shards)))
 
 
-@pytest.fixture()
-def sharded(tmp_path):
+@pytest.fixture(scope="module")
+def _sharded_once(tmp_path_factory):
+    """The sharded folder, made once per module (splitting and re-plotting takes seconds)."""
     src = _single_gpu_bench_with_ab()
     shapes = json.loads((src / "run.json").read_text())["shapes"]
     groups = [shapes[0::2], shapes[1::2]]
-    dst = tmp_path / "pack" / "bench"
+    dst = tmp_path_factory.mktemp("sharded") / "pack" / "bench"
     shard_bench(src, dst, groups)
+    return src, dst
+
+
+@pytest.fixture()
+def sharded(_sharded_once, tmp_path):
+    """A copy of it of the test's own: a test may edit its copy."""
+    src, made = _sharded_once
+    dst = tmp_path / "pack" / "bench"
+    shutil.copytree(made, dst)
     return src, dst
 
 
