@@ -71,7 +71,7 @@ def gpu_limits(run=None, max_retries: int = 8) -> dict[str, Any]:
             out["dropped"].append(bad)
     out["fields"] = fields
     if text is not None:
-        out["gpus"] = nvsmi.parse_query_csv(text)
+        out["gpus"] = nvsmi.parse_query_csv(text, fields)
     try:
         skus = nvsmi.parse_sku(run(["-q"]))
     except Exception as exc:  # noqa: BLE001

@@ -40,14 +40,22 @@ def value_of(raw: str | None) -> float | str | None:
     return float(m.group(1)) if m else raw.strip()
 
 
-def parse_query_csv(text: str) -> list[dict]:
+# The header names nvidia-smi prints for the short names LIMIT_FIELDS asks for (580.159.04 on an H200:
+# tests/fixtures/nvsmi/): a pack made before `fields=` was passed keyed its values by these.
+HEADER_NAMES = {"clocks.sm": "clocks.current.sm", "clocks.mem": "clocks.current.memory",
+                "clocks.max.mem": "clocks.max.memory"}
+
+
+def parse_query_csv(text: str, fields: list[str] | None = None) -> list[dict]:
     """One dict per GPU line of `--format=csv` output: {"values": {field: number, text or None}, "raw":
-    {field: str}, "missing": [fields]}. Field names come from the header (units dropped). [] when the text
-    holds no header and data line."""
+    {field: str}, "missing": [fields]}. Field names are the queried `fields` (nvidia-smi prints its own long
+    name for some: `clocks.sm` reads `clocks.current.sm [MHz]`), by position when the header has as many;
+    else the header's names (units dropped). [] when the text holds no header and data line."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if len(lines) < 2:
         return []
-    fields = [re.sub(r"\s*\[[^\]]*\]\s*$", "", h) for h in _split(lines[0])]
+    header = [re.sub(r"\s*\[[^\]]*\]\s*$", "", h) for h in _split(lines[0])]
+    fields = list(fields) if fields is not None and len(fields) == len(header) else header
     gpus = []
     for ln in lines[1:]:
         cells = _split(ln)
@@ -59,6 +67,12 @@ def parse_query_csv(text: str) -> list[dict]:
         values = {f: value_of(v) for f, v in raw.items()}
         gpus.append({"values": values, "raw": raw, "missing": [f for f, v in values.items() if v is None]})
     return gpus
+
+
+def limit_value(values: dict, field: str):
+    """values[field], or the value under nvidia-smi's own header name for it (packs keyed by the header)."""
+    v = values.get(field)
+    return values.get(HEADER_NAMES[field]) if v is None and field in HEADER_NAMES else v
 
 
 def invalid_field(stderr_or_stdout: str) -> str | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..jsonio import read_json
 from ..markdown import text
+from ..parsers.nvsmi import limit_value
 
 _REASONS = "clocks_event_reasons."
 
@@ -21,8 +22,9 @@ def _state(g: dict) -> str:
               and isinstance(x, str) and x.lower() == "active"]
     return (f"power limit {_num(v.get('power.limit'), 'W')} (default {_num(v.get('power.default_limit'), 'W')}, "
             f"enforced {_num(v.get('enforced.power.limit'), 'W')}, max {_num(v.get('power.max_limit'), 'W')}); "
-            f"SM clock {_num(v.get('clocks.sm'), 'MHz')} of {_num(v.get('clocks.max.sm'), 'MHz')}; memory clock "
-            f"{_num(v.get('clocks.mem'), 'MHz')} of {_num(v.get('clocks.max.mem'), 'MHz')}; clock event reasons: "
+            f"SM clock {_num(limit_value(v, 'clocks.sm'), 'MHz')} of {_num(v.get('clocks.max.sm'), 'MHz')}; "
+            f"memory clock {_num(limit_value(v, 'clocks.mem'), 'MHz')} of "
+            f"{_num(limit_value(v, 'clocks.max.mem'), 'MHz')}; clock event reasons: "
             + (text(", ".join(active)) if active else f"none active ({_num(v.get(f'{_REASONS}active'), '')})"))
 
 
