@@ -39,6 +39,16 @@ UNINDEXED = ("provenance.json", "provenance.json.sig")
 SIGNED_ARGS = ("--allowed-signers", str(ALLOWED), "--require-signature")
 
 
+def _stored(rel: str) -> str:
+    """`rel` in the form the signed pack stores it (.xz today, .gz in packs of 2026-11-23 and before)."""
+    forms = [f"{rel}{s}" for s in (".xz", ".gz", "")]
+    return next((f for f in forms if SIGNED is not None and (SIGNED / f).is_file()), forms[0])
+
+
+DUMP = _stored("sass/evpack._C.sass")  # the SASS dump of the signed pack
+SAMPLES = _stored("bench/samples.csv")  # its benchmark samples
+
+
 pytestmark = [pytest.mark.usefixtures("needs_ssh_keygen"), reference.needs("SIGNED", "SIGNERS")]
 
 
@@ -140,9 +150,12 @@ def test_an_empty_folder_in_a_pack_made_now_is_refused(tmp_path, fake_env):
     assert "empty folder in pack: bench/extra (a pack's folders are those of the files index.json lists)" in problems
 
 
-def test_an_empty_folder_in_an_older_pack_is_named_but_no_mismatch(pack):
+@reference.needs("COMPAT")
+def test_an_empty_folder_in_an_older_pack_is_named_but_no_mismatch(tmp_path):
     """Packs of schema 1 and 2 keep verifying: their writer could leave a stage's folder empty, which holds no
     byte and no claim. The index check still names it."""
+    pack = copy_pack(reference.COMPAT, tmp_path / "copy")
+    assert reference.info(reference.COMPAT).schema < 3
     (pack / "bench" / "extra").mkdir()
     assert any(p.startswith("empty folder in pack: bench/extra") for p in _fast_problems(pack))
     assert not any(p.startswith("empty folder") for p in verify_pack(pack))
@@ -165,7 +178,7 @@ def test_the_pack_writer_leaves_no_empty_folder(tmp_path):
 # --- entries no reader may open: verify reports them and opens nothing --------------------------------
 
 @pytest.mark.parametrize("where", ["pack.json", "provenance.json", "stability/procs.json", "build/binary.json",
-                                   "sass/evpack._C.sass.gz", "bench/samples.csv.gz"])
+                                   DUMP, SAMPLES])
 def test_a_named_pipe_in_the_pack_never_blocks_verify(pack, where):
     """Before: a pipe at pack.json or stability/procs.json made verify wait forever (the provenance check
     and the stages opened them before anything looked at the file's type)."""
@@ -179,7 +192,7 @@ def test_a_named_pipe_in_the_pack_never_blocks_verify(pack, where):
 
 
 @pytest.mark.parametrize("where", ["pack.json", "provenance.json", "provenance.json.sig", "build/binary.json",
-                                   "sass/evpack._C.sass.gz", "stability/procs.json", "env.json"])
+                                   DUMP, "stability/procs.json", "env.json"])
 def test_a_symlink_out_of_the_pack_is_never_followed(pack, trap, where):
     """Before: verify reported the link and then read through it (the derivation, the provenance check)."""
     (pack / where).unlink()
@@ -191,12 +204,12 @@ def test_a_symlink_out_of_the_pack_is_never_followed(pack, trap, where):
 def test_a_symlinked_folder_and_an_endless_device_are_never_read(pack, trap):
     shutil.rmtree(pack / "sass")
     (pack / "sass").symlink_to(trap.parent, target_is_directory=True)
-    (pack / "bench" / "samples.csv.gz").unlink()
-    (pack / "bench" / "samples.csv.gz").symlink_to("/dev/zero")
+    (pack / SAMPLES).unlink()
+    (pack / SAMPLES).symlink_to("/dev/zero")
     proc = _verify_cli(pack, timeout=30)
     assert proc.returncode == 1
     assert sorted(ln for ln in proc.stdout.splitlines() if ln.startswith("MISMATCH")) == [
-        "MISMATCH symlink in pack: bench/samples.csv.gz (a pack holds regular files only)",
+        f"MISMATCH symlink in pack: {SAMPLES} (a pack holds regular files only)",
         "MISMATCH symlink in pack: sass (a pack holds regular files only)"]
 
 
@@ -319,14 +332,14 @@ def test_sass_records_never_name_a_dump_outside_the_pack(pack, trap, how):
     can make the SASS derivation read a file outside sass/."""
     from evpack.stages import sass
 
-    os.mkfifo(trap.parent / "x.sass.gz")
+    os.mkfifo(trap.parent / sass._dump_name("x"))
     if how == "dump":
         run = json.loads((pack / "sass" / "run.json").read_text())
         run["binaries"][0]["dump"] = str(trap)
         (pack / "sass" / "run.json").write_text(json.dumps(run))
     else:
         rec = json.loads((pack / "build" / "binary.json").read_text())
-        rec["module"] = "../../../outside/x"  # the dump would be sass/../../../outside/x.sass.gz
+        rec["module"] = "../../../outside/x"  # the dump would be sass/../../../outside/x.sass.xz
         (pack / "build" / "binary.json").write_text(json.dumps(rec))
         run = json.loads((pack / "sass" / "run.json").read_text())
         run["binaries"][0]["dump"] = None
@@ -366,6 +379,15 @@ def _bomb(path: Path, mib: int) -> None:
     path.write_bytes(member * mib)
 
 
+def _xz_bomb(path: Path, mib: int) -> None:
+    """One xz stream that inflates to `mib` MiB of zeros (a reader refuses a second stream)."""
+    import lzma
+
+    comp = lzma.LZMACompressor(format=lzma.FORMAT_XZ, preset=0)
+    block = b"\0" * (1 << 20)
+    path.write_bytes(b"".join(comp.compress(block) for _ in range(mib)) + comp.flush())
+
+
 def test_read_gzip_stops_at_its_limit(tmp_path):
     f = tmp_path / "b.gz"
     _bomb(f, 4)
@@ -393,9 +415,11 @@ def test_a_samples_bomb_is_a_malformed_file(tmp_path, monkeypatch):
 
 def test_a_decompression_bomb_in_the_sass_dump_is_refused_in_bounded_memory(pack):
     """Before: a 13 MB sass/evpack._C.sass.gz inflating to 3 GB took verify 50 s and 5.9 GB of memory (a
-    larger one: the machine's memory). Now the dump is read up to MAX_INFLATED_BYTES and refused. (The
-    peak is that of any child this test process waited for: every other verify here stays far below.)"""
-    _bomb(pack / "sass" / "evpack._C.sass.gz", 3 * (MAX_INFLATED_BYTES >> 20))  # 1.5 GiB of zeros in 1.6 MB
+    larger one: the machine's memory). Now the dump is read up to MAX_INFLATED_BYTES and refused, in either
+    compressed form. (The peak is that of any child this test process waited for: every other verify here
+    stays far below.)"""
+    mib = 3 * (MAX_INFLATED_BYTES >> 20)  # 1.5 GiB of zeros
+    (_xz_bomb if DUMP.endswith(".xz") else _bomb)(pack / DUMP, mib)
     _rehash(pack)
     t0 = time.monotonic()
     proc = _verify_cli(pack, timeout=120)

@@ -62,10 +62,61 @@ def _delete_and_rehash(src: Path, rel: str, root: Path) -> Path:
     return pack
 
 
+def _required_file_missing(pack: Path, rel: str) -> bool:
+    """Whether verify's required-files rule names the deleted `rel`, the stage's status read from its
+    outcome.json. Sound as a shortcut: verify derives the status instead, and a derived status other than the
+    recorded one is a mismatch of its own, while the same status meets this same rule."""
+    from evpack.model import StageOutcome
+    from evpack.records.migrations import read_pack
+    from evpack.records.schema import spec
+    from evpack.verify import check_required_files
+
+    stage = rel.split("/")[0]
+    try:
+        pj = read_pack(json.loads((pack / "pack.json").read_text()))
+        out = StageOutcome.from_json(json.loads((pack / stage / "outcome.json").read_text()))
+    except (OSError, ValueError):
+        return False
+    if stage not in pj.stages:
+        return False
+    return any(rel in p for p in check_required_files(pack, spec(pj.schema_version), {stage: out}, None))
+
+
+def _stage_differs(pack: Path, rel: str) -> bool:
+    """Whether the deleted file's stage, derived alone as verify derives it, differs from its records (verify
+    compares every stage so: a difference here is one verify reports)."""
+    from evpack.derivation import final_outcome
+    from evpack.records.migrations import read_pack
+    from evpack.records.schema import spec
+    from evpack.verify import compare_stage
+
+    stage = rel.split("/")[0]
+    try:
+        pj = read_pack(json.loads((pack / "pack.json").read_text()))
+    except (OSError, ValueError):
+        return False  # the whole verify decides
+    if stage not in pj.stages:
+        return False
+    return bool(compare_stage(stage, final_outcome(stage, pack), pj, pack, spec(pj.schema_version)))
+
+
+# Files older packs could lose unnoticed, with the reason; a pack made now is held to the rule for them
+# (tests/test_required_files.py checks the rule that now requires each one).
+OLDER_GAPS = {"build/build_tools.json": lambda pack: "build_tools" not in json.loads(
+    (pack / "build" / "result.json").read_text())}  # a view for people, named by result.json since 2026-11-25
+
+
 @pytest.mark.parametrize("src", PACKS)
 def test_deleting_any_kind_of_file_is_noticed(src, tmp_path, request):
     under = UNDER[request.node.callspec.id]
-    unnoticed = [rel for rel in _kinds(src, under) if not verify_pack(_delete_and_rehash(src, rel, tmp_path))]
+    unnoticed = []
+    for rel in _kinds(src, under):
+        if rel in OLDER_GAPS and OLDER_GAPS[rel](src):
+            continue
+        pack = _delete_and_rehash(src, rel, tmp_path)
+        noticed = _required_file_missing(pack, rel) or _stage_differs(pack, rel) or verify_pack(pack)
+        if not noticed:  # the cheap checks first (each a part of verify); the whole verify when need be
+            unnoticed.append(rel)
     assert unnoticed == [], f"deleted from {src.name} with index.json re-written, and it still verifies"
 
 

@@ -68,7 +68,8 @@ def read_xz(path: Path, limit: int = MAX_INFLATED_BYTES) -> bytes:
                     raise EOFError("the xz stream ends before its end marker (truncated)")
             else:
                 chunk = b""
-            out += dec.decompress(chunk, max_length=limit + 1 - len(out))
+            # at most 1 MiB a call: a bomb never holds a second copy of what it inflated so far
+            out += dec.decompress(chunk, max_length=min(1 << 20, limit + 1 - len(out)))
             if len(out) > limit:
                 raise ValueError(f"{Path(path).name} inflates to more than {limit >> 20} MiB: refused as a "
                                  "decompression bomb (a pack's compressed files are far smaller)")

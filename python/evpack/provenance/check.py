@@ -19,7 +19,15 @@ from ..jsonio import parse_json, read_json
 from .attest import pack_subjects, read_pack_facts
 from .sigform import signature_form_problem
 from .signing import SigningError, check_signature, read_allowed_signers, ssh_keygen
-from .statement import PROVENANCE_FILE, SIGNATURE_FILE, diff_facts, facts_of, subject_problems, subjects_of
+from .statement import (
+    PROVENANCE_FILE,
+    SIGNATURE_FILE,
+    diff_facts,
+    facts_of,
+    run_fact_problems,
+    subject_problems,
+    subjects_of,
+)
 
 UNSIGNED, SIGNED, UNCHECKED = "unsigned", "signed", "unchecked"
 
@@ -90,6 +98,7 @@ def check_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
     try:
         statement = parse_json(data.decode("utf-8"), prov)
         problems += _subject_problems(pack_dir, statement)
+        problems += run_fact_problems(statement)
         changed = diff_facts(facts_of(statement), read_pack_facts(pack_dir))
         if changed:
             problems.append(f"provenance facts: the statement and the pack's files differ in {', '.join(changed)}")

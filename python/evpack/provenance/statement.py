@@ -123,6 +123,55 @@ def facts_of(statement: dict) -> dict:
     }
 
 
+_STR = (str, type(None))
+# What only the run knew, as build_statement writes it: (path in the predicate, the check, what it must be).
+# Verify cannot re-derive these values; it holds each one present to its shape (an absent one is an older
+# writer's). A bool is never taken for a number.
+_RUN_FACT_SHAPES = (
+    (("invocation",), lambda v: isinstance(v, dict), "an object"),
+    (("invocation", "command"), lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
+     "a list of strings"),
+    (("source",), lambda v: isinstance(v, dict), "an object"),
+    (("source", "tree"), lambda v: isinstance(v, dict), "an object"),
+    (("source", "tree", "algorithm"), lambda v: isinstance(v, _STR), "a string or null"),
+    (("source", "tree", "sha256"), lambda v: isinstance(v, _STR), "a string or null"),
+    (("source", "tree", "files"), lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    (("source", "tree", "missing"), lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
+     "a list of strings"),
+    (("source", "tree", "error"), lambda v: isinstance(v, _STR), "a string or null"),
+    (("gpu",), lambda v: isinstance(v, dict), "an object"),
+    (("gpu", "devices"), lambda v: isinstance(v, dict), "an object"),
+    (("gpu", "devices", "source"), lambda v: isinstance(v, _STR), "a string or null"),
+    (("gpu", "devices", "devices"), lambda v: isinstance(v, list) and all(
+        isinstance(d, dict) and isinstance(d.get("index"), (int, type(None))) and not isinstance(d.get("index"), bool)
+        and all(isinstance(d.get(k), _STR) for k in ("name", "uuid", "driver")) for d in v),
+     "a list of {index, name, uuid, driver}"),
+    (("gpu", "devices", "visible"), lambda v: isinstance(v, _STR), "a string or null"),
+    (("gpu", "devices", "error"), lambda v: isinstance(v, _STR), "a string or null"),
+    (("ci",), lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("system"), str)
+                                     and isinstance(v.get("variables"), dict)
+                                     and all(isinstance(x, str) for x in v["variables"].values())),
+     "null or {system, variables of strings}"),
+)
+_MISSING = object()
+
+
+def run_fact_problems(statement: object) -> list[str]:
+    """The statement's run-only facts (command, source tree, GPUs, CI identity) that do not have the shape
+    build_statement gives them: [] for a well-formed statement."""
+    pred = statement.get("predicate") if isinstance(statement, dict) else None
+    if not isinstance(pred, dict):
+        return ["provenance: the statement's predicate is not an object"]
+    problems = []
+    for path, ok, what in _RUN_FACT_SHAPES:
+        value: object = pred
+        for key in path:
+            value = value.get(key, _MISSING) if isinstance(value, dict) else _MISSING
+        if value is not _MISSING and not ok(value):
+            problems.append(f"provenance: predicate.{'.'.join(path)} is not {what}")
+    return problems
+
+
 def object_subject_name(predicate_type: str, module: str, recorded_path: str) -> str:
     """The subject name of a built object under the statement's rule (see the module docstring)."""
     base = recorded_path.replace("\\", "/").rsplit("/", 1)[-1]

@@ -358,15 +358,26 @@ def required_files(stage_dir: Path) -> tuple[str, ...]:
     when the benchmark was sharded over GPUs), and the plots its rows give (unless run.json records that
     plotting failed): no file of the stage can go missing unnoticed."""
     figures = _expected_plots(stage_dir)
+    each = REQUIRED_FILES + _limits_file(stage_dir.parent)  # what every single-GPU run (or shard) writes
     if not shards.is_sharded(stage_dir):
-        return REQUIRED_FILES + figures + ab_stage.required_files(stage_dir)
+        return each + figures + ab_stage.required_files(stage_dir)
     top = ("bench.log", "run.json", "summary.json*", "binary.json", shards.SHARDS_FILE, "procs.json")
     try:
         folders = shards.shard_dirs(stage_dir)
     except (OSError, ValueError, KeyError, TypeError):
         return top + figures  # an unreadable shards.json: derive names it
     return top + figures + tuple(f"{d.name}/{f}" for d in folders
-                                 for f in REQUIRED_FILES + _expected_plots(d) + ab_stage.required_files(d))
+                                 for f in each + _expected_plots(d) + ab_stage.required_files(d))
+
+
+def _limits_file(pack_dir: Path) -> tuple[str, ...]:
+    """(GPU_LIMITS_FILE,) for a pack whose env.json records nvidia-smi's limits (the code that records them
+    there writes the file around the timed shapes); () for an older pack."""
+    try:
+        env = read_json(pack_dir / "env.json")
+        return (GPU_LIMITS_FILE,) if "limits" in (env.get("nvidia_smi_query") or {}) else ()
+    except (OSError, ValueError, AttributeError, TypeError):
+        return ()  # an unreadable env.json is named by the root-file checks
 
 
 def _expected_plots(stage_dir: Path) -> tuple[str, ...]:

@@ -81,6 +81,7 @@ def run(ctx: StageContext) -> None:
     tools_record = ctx.repo / "build" / "tools" / BUILD_TOOLS  # written by setup.py after this build
     if tools_record.is_file():
         shutil.copyfile(tools_record, ctx.dir / BUILD_TOOLS)
+        write_json(ctx.dir / "result.json", dict(result, build_tools=BUILD_TOOLS))  # kept: verify requires it
     _write_kernel_table(ctx, built)
 
 
@@ -124,15 +125,40 @@ def _write_kernel_table(ctx: StageContext, built: list[str]) -> None:
 
 
 def required_files(stage_dir: Path) -> tuple[str, ...]:
-    """REQUIRED_FILES, and for a build that succeeded the kernel table's raw output (kernels.log)."""
+    """REQUIRED_FILES, and for a build that succeeded: the kernel table's raw output (kernels.log), the notes of
+    variants it left out, the tools record result.json names, and the Triton record when it built Triton
+    kernels: no file the build kept can go missing unnoticed."""
     try:
-        ok = read_json(stage_dir / "result.json")["returncode"] == 0
+        res = read_json(stage_dir / "result.json")
+        ok = res["returncode"] == 0
     except (OSError, ValueError, KeyError, TypeError):
         return REQUIRED_FILES  # unreadable: the derivation names it
     out = REQUIRED_FILES + (("kernels.log",) if ok else ())
     if ok and any(stage_dir.glob("skipped_*.json")):  # a build that writes the notes writes one per extension
         out += tuple(f"skipped_{m}.json" for m, rec in MODULES.items() if (stage_dir / rec).is_file())
+    if ok and res.get("build_tools") == BUILD_TOOLS:  # result.json names the tools record it kept
+        out += (BUILD_TOOLS,)
+    if ok and _built_triton(stage_dir):  # the Triton record is what the cubins are checked against
+        out += (build_triton.RECORD,)
     return out
+
+
+def _built_triton(stage_dir: Path) -> bool:
+    """Whether the build's kernel list (kernels.json) holds a kernel of a Triton variant of the registry."""
+    from .. import registry
+
+    try:
+        kernels = read_json(stage_dir / "kernels.json")
+        names = {k.get("variant") for k in kernels if isinstance(k, dict)}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return False  # an unreadable kernel list is named by the derivation
+    langs = set()
+    for name in names:
+        try:
+            langs.add(registry.get(str(name), include_canaries=True).language)
+        except ValueError:
+            continue  # a variant this code does not know: an older or newer pack's, not a Triton one here
+    return "triton" in langs
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:

@@ -47,6 +47,18 @@ NAME = "sass"
 SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
 NEEDS_GPU, TIMEOUT_S = SPEC.needs_gpu, SPEC.timeout_s
 REQUIRED_FILES = SPEC.required_files  # raw files a stage that decided keeps (verify requires them)
+
+
+def required_files(stage_dir: Path) -> tuple[str, ...]:
+    """REQUIRED_FILES, and the stderr file run.json names for a binary whose disassembler printed any: a file
+    the record names cannot go missing unnoticed."""
+    try:
+        binaries = read_json(stage_dir / "run.json").get("binaries") or []
+        named = tuple(b["stderr"] for b in binaries if isinstance(b, dict) and isinstance(b.get("stderr"), str)
+                      and plain_name(b["stderr"]) and not any(c in b["stderr"] for c in "*?["))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return REQUIRED_FILES  # an unreadable run.json is named by the derivation
+    return REQUIRED_FILES + named
 BINARY_RECORD = SPEC.binary_record  # the record of the binary a passing stage loaded
 SCHEMA_VERSION = 1
 # A quick pack's dump is 34 MB of text (53 kernels x 4 archs, CUDA 13.0): 2.8 MB gzip-compressed, 0.65 MB in xz
