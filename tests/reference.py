@@ -13,6 +13,8 @@ Roles:
   INCREMENTAL  the newest pack that carried cells from an earlier one (pack.json `incremental.carried`)
   SIGNED       a signed pack: FULL when there is one, else the newest signed pack
   SIGNED_ALL   every signed pack, newest first
+  SIGNED_WHOLE every signed pack that carried nothing (verifies alone, with no source pack beside it), newest
+               first
   UNSIGNED     the newest unsigned pack
   OTHER_SIGNED a signed pack other than SIGNED (the newest such)
   SHARDED      the newest pack whose benchmark ran in shards over several GPUs (bench/shards.json)
@@ -108,6 +110,7 @@ FULL = _newest(p for p in ALL if p.signed and p.suite == "full" and not p.carrie
 DEFAULT = _newest(p for p in ALL if p.suite == DEFAULT_SUITE and not p.carried)
 INCREMENTAL = _newest(p for p in ALL if p.carried)
 SIGNED_ALL: tuple[Path, ...] = tuple(reversed([p.path for p in ALL if p.signed]))
+SIGNED_WHOLE: tuple[Path, ...] = tuple(reversed([p.path for p in ALL if p.signed and not p.carried]))
 SIGNED = FULL or (SIGNED_ALL[0] if SIGNED_ALL else None)
 UNSIGNED = _newest(p for p in ALL if not p.signed)
 OTHER_SIGNED = next((p for p in SIGNED_ALL if p != SIGNED), None)

@@ -16,7 +16,7 @@ from conftest import REPO, TESTS, run_cli
 
 from evpack.stages import bench as bench_stage
 from evpack.timing import ab, ab_stage, baseline_build
-from evpack.timing.summary import read_samples, records_of, samples_file
+from evpack.timing.summary import read_samples, read_summary, records_of, samples_file
 
 # the full-suite reference packs: the real per-call samples the rule is checked on
 REF_PACKS = [p.path for p in reference.ALL if p.suite == "full"]
@@ -106,8 +106,8 @@ def test_self_ab_on_real_samples_of_the_reference_packs(pack):
 
     samples = {}
     for folder in shard_dirs(pack / "bench"):  # a benchmark sharded over GPUs keeps samples per shard
-        samples.update(read_samples(folder / "samples.csv.gz"))
-    timed = sum(1 for r in json.loads((pack / "bench" / "summary.json").read_text())["rows"] if r["median_us"])
+        samples.update(read_samples(samples_file(folder)))  # .csv.gz or .csv.xz, as the pack stores it
+    timed = sum(1 for r in read_summary(pack / "bench")["rows"] if r["median_us"])
     assert len(samples) == timed >= 672
     counts = _tally(_chunks(v, 8) for v in samples.values())
     assert counts[ab.SLOWER] == 0 and counts[ab.FASTER] == 0, counts

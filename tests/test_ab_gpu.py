@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, scratch_checkout
 
 pytestmark = pytest.mark.gpu
 
@@ -70,8 +70,10 @@ def test_quick_suite_self_check_end_to_end(tmp_path):
     if not _git_ok():
         pytest.skip("not a git checkout: --self-check builds HEAD from a git worktree")
     env = dict(__import__("os").environ, EVPACK_AB_DIR=str(tmp_path / "ab"))
+    # `bench` builds first: in a scratch checkout, never in this one (whose build outputs are the user's)
+    repo = scratch_checkout(tmp_path / "checkout")
     proc = run_cli("bench", "--suite", "quick", "--self-check", "--packs-dir", str(tmp_path / "packs"), env=env,
-                   timeout=1800)
+                   timeout=1800, repo=repo)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     pack = next(p for p in (tmp_path / "packs").iterdir() if p.is_dir() and not p.is_symlink()
                 and not p.name.startswith("."))

@@ -47,7 +47,8 @@ def test_compare_takes_pack_ids_and_three_formats():
 
     ids = tuple(p.name for p in PAIR)
     text = run_cli("compare", *ids)
-    assert text.returncode == 0, text.stderr
+    # 0: no row of ours slower beyond noise; 1: the regressions named (packs of other commits may have some)
+    assert text.returncode == 0 or (text.returncode == 1 and "REGRESSION:" in text.stdout + text.stderr), text.stderr
     js = json.loads(run_cli("compare", *ids, "--format", "json").stdout)
     lib = compare.compare_rows(compare.load(PAIR[0])["rows"], compare.load(PAIR[1])["rows"])
     assert js["counts"] == lib["counts"] and len(js["rows"]) == len(lib["rows"]) > 0

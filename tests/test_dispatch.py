@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from evpack import api, dispatch, registry
+from evpack.jsonio import read_member_json
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "artifacts" / "reference"
@@ -47,7 +48,7 @@ def test_choices_agree_with_the_pack_benchmark():
     leaderboard's fastest kernel of ours, and every chosen row ran ok within its error bound."""
     table = _committed()
     pack = REFERENCE / table["source_pack"]
-    summary = json.loads((pack / "bench" / "summary.json").read_text(encoding="utf-8"))
+    summary = read_member_json(pack / "bench", "summary.json")
     ours = [r for r in summary["leaderboard"] if r["impl"] == "evpack"]
     canonical = next(c for c in table["devices"][0]["choices"]
                      if (c["dtype"], c["head_dim"], c["causal"], c["size"]) == ("fp16", 64, False, "large"))

@@ -9,7 +9,8 @@ import json
 import lzma
 
 import pytest
-from conftest import REPO, copy_pack
+import reference
+from conftest import copy_pack
 from pack_storage_helpers import restore, total_bytes
 
 from evpack import packfs
@@ -18,8 +19,10 @@ from evpack.packfs import CompressedFileError, member, read_member, read_stored,
 from evpack.timing import summary as sm
 from evpack.verify import verify_pack
 
-REF = REPO / "artifacts" / "reference"
-WITH_DUMPS = REF / "20261123T005227Z-5cbc2fa93b94"  # schema 2, full suite: sass dumps, summary, oracle results
+# a pack made before the current storage forms (its samples .csv.gz, its Triton build files plain): rewritten
+# by the tests; and a pack in today's forms with a same-run A/B (ab.json.xz, ab_samples.csv.xz): corrupted
+OLDER_FORMS = reference.DEFAULT
+CURRENT_FORMS = reference.FULL
 DATA = b"".join(f"/*{i:04x}*/ HMMA.16816.F32 R{i % 200}, R4, R8, R{i % 17} ;\n".encode() for i in range(20000))
 
 
@@ -107,7 +110,7 @@ def test_xz_decoder_memory_is_capped(tmp_path, monkeypatch):
 def rewritten(tmp_path_factory):
     """A committed reference pack rewritten into the current storage forms (unsigned: a signature binds the
     old bytes), re-derived and re-indexed."""
-    pack = copy_pack(WITH_DUMPS, tmp_path_factory.mktemp("rewritten"))
+    pack = copy_pack(reference.skip_unless(OLDER_FORMS, "DEFAULT"), tmp_path_factory.mktemp("rewritten"))
     before = total_bytes(pack)
     restore(pack)
     return pack, before
@@ -115,22 +118,21 @@ def rewritten(tmp_path_factory):
 
 def test_a_pack_in_the_xz_forms_verifies_and_is_smaller(rewritten):
     pack, before = rewritten
+    assert list(OLDER_FORMS.rglob("*.csv.gz")) and list((OLDER_FORMS / "build" / "triton").rglob("*.cubin"))
     assert not list(pack.rglob("*.sass.gz")) and list((pack / "sass").glob("*.sass.xz"))
     assert (pack / "bench" / "summary.json.xz").is_file() and not (pack / "bench" / "summary.json").exists()
     assert (pack / "sass" / "histogram.csv.xz").is_file()
-    for shard in ("shard0", "shard1"):  # the samples as .csv.xz, the self-check's ab.json (385 KB) in xz
-        d = pack / "bench" / shard
-        assert {p.name for p in d.glob("*samples.csv*")} == {"samples.csv.xz", "ab_samples.csv.xz"}
-        assert (d / "ab.json.xz").is_file() and not (d / "ab.json").exists()
+    assert {p.name for p in (pack / "bench").glob("*samples.csv*")} == {"samples.csv.xz"}
+    assert not list((pack / "build" / "triton").rglob("*.cubin")) and list(pack.rglob("*.cubin.xz"))
     assert verify_pack(pack) == []
-    assert total_bytes(pack) < before * 0.6
+    assert total_bytes(pack) < before * 0.85  # measured on 20261124T192715Z: 0.73
 
 
+@reference.needs("FULL")
 @pytest.mark.parametrize("target", ["sass/evpack._C.sass.xz", "bench/summary.json.xz", "sass/histogram.csv.xz",
-                                    "bench/shard0/samples.csv.xz", "bench/shard1/ab_samples.csv.xz",
-                                    "bench/shard0/ab.json.xz"])
-def test_a_corrupted_compressed_member_fails_verify(rewritten, tmp_path, target):
-    pack = copy_pack(rewritten[0], tmp_path)
+                                    "bench/samples.csv.xz", "bench/ab_samples.csv.xz", "bench/ab.json.xz"])
+def test_a_corrupted_compressed_member_fails_verify(tmp_path, target):
+    pack = copy_pack(CURRENT_FORMS, tmp_path)
     f = pack / target
     data = bytearray(f.read_bytes())
     data[len(data) // 2] ^= 0x01
@@ -160,13 +162,14 @@ def test_a_member_stored_twice_fails_verify(rewritten, tmp_path):
     assert "stored twice" in bench.derive(pack / "bench", pack).reason
 
 
+@reference.needs("FULL")
 @pytest.mark.parametrize("name", ["samples.csv", "ab_samples.csv", "ab.json"])
-def test_a_bench_member_in_both_forms_fails_verify(rewritten, tmp_path, name):
+def test_a_bench_member_in_both_forms_fails_verify(tmp_path, name):
     """The older form put back beside the new one (and re-indexed): the bench stage refuses the folder."""
     from evpack import pack as pack_mod
 
-    pack = copy_pack(rewritten[0], tmp_path)
-    d = pack / "bench" / "shard0"
+    pack = copy_pack(CURRENT_FORMS, tmp_path)
+    d = pack / "bench"
     old = d / (name if name.endswith(".json") else f"{name}.gz")
     write_stored(old, read_stored(d / f"{name}.xz"))
     (pack / "index.json").unlink()

@@ -26,6 +26,8 @@ import reference
 from browser import Browser, find_browser
 from conftest import copy_pack
 
+from evpack.jsonio import read_member_json, write_member_json
+from evpack.packfs import member
 from evpack.reporting.write import write_reports
 
 NEWEST = reference.FULL  # the newest full-suite pack: its report.html as committed, the hostile copies' source
@@ -165,7 +167,7 @@ def test_rerendered_report_reads_in_headless_chromium(browser_exe, tmp_path, pac
         assert img["complete"] and img["natural"] > 0 and 0 < img["shown"] <= min(img["natural"], 1200), img
         assert r["bench"] < r["per_shape"] < img["top"] < r["after_plots"], (img, r["per_shape"], r["after_plots"])
     # The SDPA kernel names at the canonical shape whole, as the benchmark recorded them.
-    summary = json.loads((pack / "bench" / "summary.json").read_text())
+    summary = read_member_json(pack / "bench", "summary.json")
     names = {k for row in summary["rows"] if row["impl"] == "sdpa" and row.get("kernels") and row["shape"] ==
              summary["canonical"] and row["mode"] == summary["primary_mode"] for k in row["kernels"][:4]}
     assert names and all(" ".join(n.split()) in " ".join(r["open_text"].split()) for n in names)
@@ -220,9 +222,9 @@ def _hostile_pack(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     canaries["data"]["matrix"][0].update(fault=f"{SCRIPT} {LINK} {IMAGE}", observed=IMG)
     (pack / "canaries" / "outcome.json").write_text(json.dumps(canaries))
     # An A/B row of a variant with a hostile name, UNSURE: named in comment.md and in the report's table.
-    ab = json.loads((pack / "bench" / "ab.json").read_text())
+    ab = read_member_json(pack / "bench", "ab.json")
     ab["rows"][0].update(variant=SVG, verdict="UNSURE", reason=LINK)
-    (pack / "bench" / "ab.json").write_text(json.dumps(ab))
+    write_member_json(member(pack / "bench", "ab.json"), ab)
     return pack, {"gpu": f"NVIDIA {SCRIPT} H200 {IMG}", "build": f'#error "{IMG}"', "fault": f"{SCRIPT} {LINK} {IMAGE}",
                   "warning": f"{LINK} {IMAGE}", "variant": SVG}
 
@@ -249,7 +251,7 @@ def test_hostile_pack_report_runs_nothing_and_shows_the_text(browser_exe, tmp_pa
     comment = files.comment.read_text(encoding="utf-8")
     live = re.findall(r"(?<!\\)(\]\(javascript|!\[|<script|<svg|<img)", comment.replace("`<svg onload", "`"))
     assert live == [], live  # each only escaped (or, for the row's name, inside a code span)
-    unsure = sum(e["verdict"] == "UNSURE" for e in json.loads((pack / "bench" / "ab.json").read_text())["rows"])
+    unsure = sum(e["verdict"] == "UNSURE" for e in read_member_json(pack / "bench", "ab.json")["rows"])
     assert f"**UNSURE** ({unsure})" in comment and "`<svg onload=window.__pwned=1>/" in comment  # in a code span
 
 

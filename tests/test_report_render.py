@@ -2,7 +2,6 @@
 reference packs (re-rendered into tmp_path with today's code) and on packs of the stand-in stages."""
 from __future__ import annotations
 
-import json
 import re
 from html.parser import HTMLParser
 
@@ -11,6 +10,8 @@ import reference
 import tomllib
 from conftest import REPO, copy_pack, fake_pack, run_cli, verify_fake
 
+from evpack.jsonio import read_member_json, write_member_json
+from evpack.packfs import member
 from evpack.reporting import RENDERER_PINS
 from evpack.reporting.blocks import LONG_TABLE_ROWS, Details, Md, from_markdown, to_markdown
 from evpack.reporting.comment_md import COMMENT_MAX_CHARS, ci_links, fit, render_comment
@@ -98,9 +99,10 @@ needs_newest_ab = pytest.mark.skipif(not (NEWEST and reference.info(NEWEST).ab),
 
 def _ab_of(pack) -> tuple[dict, str, dict]:
     """(ab.json, the base as the comment names it, the verdict counts of its rows): read from the pack."""
-    ab = json.loads((pack / "bench" / "ab.json").read_text())
+    ab = read_member_json(pack / "bench", "ab.json")  # ab.json or ab.json.xz, as the pack stores it
     counts = {v: sum(e["verdict"] == v for e in ab["rows"]) for v in ("SAME", "UNSURE", "SLOWER")}
-    return ab, ab["base_commit"][:7], counts
+    base = "itself (A/B self-check)" if ab.get("self_check") else f"`{ab['base_commit'][:7]}`"
+    return ab, base, counts
 
 
 @needs_newest_ab
@@ -109,7 +111,7 @@ def test_comment_starts_with_the_ab_decision_and_names_the_unsure_rows():
     ab, base, n = _ab_of(NEWEST)
     assert n["SLOWER"] == 0 and n["UNSURE"] > 0, "the literal checks below need UNSURE rows and no SLOWER one"
     tally = f"{n['SAME']} SAME, {n['UNSURE']} UNSURE, 0 SLOWER"
-    assert c.splitlines()[1] == f"# ✅ **evidence:complete** · no regression against `{base}`: {tally}"
+    assert c.splitlines()[1] == f"# ✅ **evidence:complete** · no regression against {base}: {tally}"
     unsure = sorted((e for e in ab["rows"] if e["verdict"] == "UNSURE"), key=lambda e: e["key"])
     named = [ln for ln in c.splitlines() if ln.startswith("- `")]
     assert len(named) == len(unsure) == n["UNSURE"]
@@ -119,7 +121,7 @@ def test_comment_starts_with_the_ab_decision_and_names_the_unsure_rows():
     _order(c, f"Timed in the same run on the same GPU{new}", f"**UNSURE** ({n['UNSURE']})",
            "Report: [report.html](report.html)", "## Gates")
     md = render_md(NEWEST)
-    assert f"Performance: no regression against `{base}`: {tally}." in md
+    assert f"Performance: no regression against {base}: {tally}." in md
 
 
 @needs_newest_ab
@@ -131,9 +133,9 @@ def test_comment_names_the_slower_rows_first(tmp_path):
     for e in ab["rows"]:
         if e["key"] in slow:
             e.update(verdict="SLOWER", ratio=1.1, ci_lo=1.05, ci_hi=1.15)
-    (pack / "bench" / "ab.json").write_text(json.dumps(ab))
+    write_member_json(member(pack / "bench", "ab.json"), ab)
     c = render_comment(pack, environ={})
-    assert c.splitlines()[1] == (f"# ✅ **evidence:complete** · **12 rows SLOWER** than `{base}`: "
+    assert c.splitlines()[1] == (f"# ✅ **evidence:complete** · **12 rows SLOWER** than {base}: "
                                  f"{n['SAME'] - 12} SAME, {n['UNSURE']} UNSURE, 12 SLOWER")
     section = c[c.index("**SLOWER** (12)"):c.index(f"**UNSURE** ({n['UNSURE']})")]
     listed = [ln for ln in section.splitlines() if ln.startswith("- ")]

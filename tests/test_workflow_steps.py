@@ -27,8 +27,14 @@ REPO = Path(__file__).resolve().parents[1]
 WF_DIR = REPO / ".github" / "workflows"
 UNSIGNED = reference.COMPAT  # schema 1, unsigned, verifies
 UNSIGNED_COMMIT = reference.pack_json(UNSIGNED)["git"]["commit"] if UNSIGNED else "0" * 40
-SIGNED = list(reference.SIGNED_ALL)  # signed by the committed allowed_signers' key
-needs_two_signed = pytest.mark.skipif(len(SIGNED) < 2, reason="needs two signed reference packs (SIGNED_ALL)")
+# signed by the committed allowed_signers' key, each verifying alone (a job brings one pack, not its sources)
+SIGNED = list(reference.SIGNED_WHOLE)
+# two of them of one commit (a merged verdict covers one commit): what two GPU jobs of one PR bring
+SAME_COMMIT_SIGNED = next((g for g in ([p for p in SIGNED if reference.info(p).commit == c]
+                                       for c in dict.fromkeys(reference.info(p).commit for p in SIGNED))
+                           if len(g) >= 2), [])
+needs_two_signed = pytest.mark.skipif(len(SAME_COMMIT_SIGNED) < 2,
+                                      reason="needs two signed reference packs of one commit (SIGNED_WHOLE)")
 needs_signed = reference.needs("SIGNED")
 OTHER_SHA = "1" * 40
 HEX32 = re.compile(r"^::stop-commands::([0-9a-f]{32})$")
@@ -520,10 +526,10 @@ def test_fail_step_fails_the_job_when_a_pack_was_refused(runner):
 # ------------------------------------------------------------------ merge and publish
 @needs_two_signed
 def test_merge_step_merges_signed_packs_against_the_committed_allowed_signers(runner):
-    for gpu, pack in zip(("h200", "h100"), SIGNED[:2], strict=True):
+    for gpu, pack in zip(("h200", "h100"), SAME_COMMIT_SIGNED[:2], strict=True):
         shutil.copytree(pack, runner.temp / "signed" / gpu / pack.name)
     (runner.temp / "signed" / "intake.log").write_text("verified h200\n")
-    r = runner.run("evidence-sign.yml", "merge", "merge", values(SIGNED[0].name[-12:]))
+    r = runner.run("evidence-sign.yml", "merge", "merge", values(SAME_COMMIT_SIGNED[0].name[-12:]))
     assert r.returncode == 0, r.stdout + r.stderr
     out = runner.outputs()
     assert out.get("made") == "true" and out.get("status") in ("0", "1"), (out, r.stdout)

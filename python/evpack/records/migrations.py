@@ -5,7 +5,7 @@ provenance statement was written); both are ABSENT, and readers ask `has_signing
 Schema 2: `requirement` and `signing` added (signing None: unsigned).
 Schema 3: the record is schema 2's; what changed is what the stages hold (records/schema.py).
 A newer schema than this code knows is refused by name (verify says: use a newer evpack); fields a newer
-writer adds within a known schema (incremental, finer timings) are kept in PackRecord.extra.
+writer adds within a known schema (finer timings, say) are kept in PackRecord.extra.
 """
 from __future__ import annotations
 

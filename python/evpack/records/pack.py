@@ -1,14 +1,15 @@
 """pack.json: the pack's record of itself, read and written here only.
 
 `PackRecord.to_json()` writes the keys in the order the writers of every schema wrote them; a field a
-pack does not hold (schema 1 has no `requirement` and no `signing`) is ABSENT and not written, so a
+pack does not hold (schema 1 has no `requirement` and no `signing`, packs before incremental evidence no
+`incremental`) is ABSENT and not written, so a
 pack read and written again gives back the same bytes.
 
 Reading is lenient about values and strict about nothing but the shape of the whole: values are kept as
 the file holds them (verify judges a forged value by comparing it with what the pack's files give; a
 reader never coerces one into something that passes). Keys this code does not know (fields a newer
-writer adds, optional ones such as `incremental`) are kept in `extra`, in their order, and written back
-after the known ones: a newer pack never breaks reading.
+writer adds) are kept in `extra`, in their order, and written back after the known ones: a newer pack
+never breaks reading.
 """
 from __future__ import annotations
 
@@ -137,7 +138,10 @@ class PackRecord:
     zero_delta: ZeroDelta | None = None
     complete: Any = False
     signing: Any = ABSENT  # schema 2 on: the signing key's record, or None (unsigned)
-    extra: tuple[tuple[str, Any], ...] = ()  # keys of a newer writer (e.g. incremental), kept in order
+    # schema 3 on, every evidence run: what was carried from earlier packs, from where, and every key
+    # (incremental/run.py; free-form here, checked by incremental/chain.py); absent from older packs
+    incremental: Any = ABSENT
+    extra: tuple[tuple[str, Any], ...] = ()  # keys of a newer writer, kept in order
 
     # --- reading ---------------------------------------------------------------------------------
     @classmethod
