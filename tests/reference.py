@@ -15,6 +15,7 @@ Roles:
   SIGNED_ALL   every signed pack, newest first
   SIGNED_WHOLE every signed pack that carried nothing (verifies alone, with no source pack beside it), newest
                first
+  SIGNED_ONE_COMMIT  two or more of those of one commit (what two GPU jobs of one PR bring to a merge)
   UNSIGNED     the newest unsigned pack
   OTHER_SIGNED a signed pack other than SIGNED (the newest such)
   SHARDED      the newest pack whose benchmark ran in shards over several GPUs (bench/shards.json)
@@ -94,15 +95,20 @@ def _compat() -> Path | None:
     return _newest(p for p in ALL if p.schema == low)
 
 
+def _newest_group(packs, key) -> tuple[Path, ...]:
+    """Of the packs sharing a key, the newest group of two or more (by its first pack); () when there is none."""
+    groups: dict[object, list[Path]] = {}
+    for p in packs:
+        groups.setdefault(key(p), []).append(p.path)
+    best = [g for g in groups.values() if len(g) >= 2]
+    return tuple(best[-1]) if best else ()
+
+
 def same_commit(schema: int, ab: bool) -> tuple[Path, ...]:
     """The newest group of two or more packs of one schema, one clean commit and one suite, each with (ab=True)
     or without an A/B; () when there is none."""
-    groups: dict[tuple, list[Path]] = {}
-    for p in ALL:
-        if p.schema == schema and p.ab == ab and p.commit and not p.dirty:
-            groups.setdefault((p.commit, p.suite), []).append(p.path)
-    best = [g for g in groups.values() if len(g) >= 2]
-    return tuple(best[-1]) if best else ()
+    return _newest_group((p for p in ALL if p.schema == schema and p.ab == ab and p.commit and not p.dirty),
+                         key=lambda p: (p.commit, p.suite))
 
 
 COMPAT = _compat()
@@ -111,6 +117,7 @@ DEFAULT = _newest(p for p in ALL if p.suite == DEFAULT_SUITE and not p.carried)
 INCREMENTAL = _newest(p for p in ALL if p.carried)
 SIGNED_ALL: tuple[Path, ...] = tuple(reversed([p.path for p in ALL if p.signed]))
 SIGNED_WHOLE: tuple[Path, ...] = tuple(reversed([p.path for p in ALL if p.signed and not p.carried]))
+SIGNED_ONE_COMMIT = _newest_group((p for p in ALL if p.signed and not p.carried and p.commit), key=lambda p: p.commit)
 SIGNED = FULL or (SIGNED_ALL[0] if SIGNED_ALL else None)
 UNSIGNED = _newest(p for p in ALL if not p.signed)
 OTHER_SIGNED = next((p for p in SIGNED_ALL if p != SIGNED), None)

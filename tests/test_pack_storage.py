@@ -145,16 +145,21 @@ def test_a_corrupted_compressed_member_fails_verify(tmp_path, target):
         assert any(p.startswith(f"stage {stage}:") for p in problems), problems
 
 
-def test_a_member_stored_twice_fails_verify(rewritten, tmp_path):
-    """An index that lists both forms (re-indexed by the attacker) still fails: the stage cannot read it."""
-    from evpack import pack as pack_mod
+def _reindex_as_a_forger(pack) -> None:
+    """index.json written anew over the files now present, the statement and signature dropped."""
+    from evpack.pack import write_index
 
-    pack = copy_pack(rewritten[0], tmp_path)
-    (pack / "bench" / "summary.json").write_bytes(read_stored(pack / "bench" / "summary.json.xz"))
     (pack / "index.json").unlink()
     for f in ("provenance.json", "provenance.json.sig"):
         (pack / f).unlink(missing_ok=True)
-    pack_mod.write_index(pack)
+    write_index(pack)
+
+
+def test_a_member_stored_twice_fails_verify(rewritten, tmp_path):
+    """An index that lists both forms (re-indexed by the attacker) still fails: the stage cannot read it."""
+    pack = copy_pack(rewritten[0], tmp_path)
+    (pack / "bench" / "summary.json").write_bytes(read_stored(pack / "bench" / "summary.json.xz"))
+    _reindex_as_a_forger(pack)
     problems = verify_pack(pack)
     assert "stage bench: pack.json says pass but its files give error" in problems, problems
     from evpack.stages import bench
@@ -166,16 +171,11 @@ def test_a_member_stored_twice_fails_verify(rewritten, tmp_path):
 @pytest.mark.parametrize("name", ["samples.csv", "ab_samples.csv", "ab.json"])
 def test_a_bench_member_in_both_forms_fails_verify(tmp_path, name):
     """The older form put back beside the new one (and re-indexed): the bench stage refuses the folder."""
-    from evpack import pack as pack_mod
-
     pack = copy_pack(CURRENT_FORMS, tmp_path)
     d = pack / "bench"
     old = d / (name if name.endswith(".json") else f"{name}.gz")
     write_stored(old, read_stored(d / f"{name}.xz"))
-    (pack / "index.json").unlink()
-    for f in ("provenance.json", "provenance.json.sig"):
-        (pack / f).unlink(missing_ok=True)
-    pack_mod.write_index(pack)
+    _reindex_as_a_forger(pack)
     problems = verify_pack(pack)
     assert "stage bench: pack.json says pass but its files give error" in problems, problems
 

@@ -42,7 +42,12 @@ def test_sass_requires_the_stderr_file_its_run_record_names(tmp_path):
                                          {"module": "evpack._canaries"},
                                          {"module": "x", "stderr": "../outside.txt"},
                                          {"module": "y", "stderr": "*.txt"}]})
-    assert sass.required_files(d) == sass.REQUIRED_FILES + ("evpack._C.stderr.txt",)  # never a path or glob
+    named = sass.required_files(d)[len(sass.REQUIRED_FILES):]
+    assert named == ("evpack._C.stderr.txt", "[*].txt")  # never a path; a name with glob characters is literal
+    (d / "other.txt").write_text("")
+    assert not list(d.glob(named[1]))  # verify globs each name: another file never stands in for it
+    (d / "*.txt").write_text("")
+    assert [p.name for p in d.glob(named[1])] == ["*.txt"]
     (d / "run.json").write_text("not json")
     assert sass.required_files(d) == sass.REQUIRED_FILES
 

@@ -29,12 +29,9 @@ UNSIGNED = reference.COMPAT  # schema 1, unsigned, verifies
 UNSIGNED_COMMIT = reference.pack_json(UNSIGNED)["git"]["commit"] if UNSIGNED else "0" * 40
 # signed by the committed allowed_signers' key, each verifying alone (a job brings one pack, not its sources)
 SIGNED = list(reference.SIGNED_WHOLE)
-# two of them of one commit (a merged verdict covers one commit): what two GPU jobs of one PR bring
-SAME_COMMIT_SIGNED = next((g for g in ([p for p in SIGNED if reference.info(p).commit == c]
-                                       for c in dict.fromkeys(reference.info(p).commit for p in SIGNED))
-                           if len(g) >= 2), [])
+SAME_COMMIT_SIGNED = reference.SIGNED_ONE_COMMIT  # a merged verdict covers one commit
 needs_two_signed = pytest.mark.skipif(len(SAME_COMMIT_SIGNED) < 2,
-                                      reason="needs two signed reference packs of one commit (SIGNED_WHOLE)")
+                                      reason="needs two signed reference packs of one commit (SIGNED_ONE_COMMIT)")
 needs_signed = reference.needs("SIGNED")
 OTHER_SHA = "1" * 40
 HEX32 = re.compile(r"^::stop-commands::([0-9a-f]{32})$")

@@ -41,7 +41,7 @@ def value_of(raw: str | None) -> float | str | None:
 
 
 # The header names nvidia-smi prints for the short names LIMIT_FIELDS asks for (580.159.04 on an H200:
-# tests/fixtures/nvsmi/): a pack made before `fields=` was passed keyed its values by these.
+# tests/fixtures/nvidia-smi/): a pack made before `fields=` was passed keyed its values by these.
 HEADER_NAMES = {"clocks.sm": "clocks.current.sm", "clocks.mem": "clocks.current.memory",
                 "clocks.max.mem": "clocks.max.memory"}
 

@@ -153,9 +153,6 @@ _RUN_FACT_SHAPES = (
                                      and all(isinstance(x, str) for x in v["variables"].values())),
      "null or {system, variables of strings}"),
 )
-_MISSING = object()
-
-
 def run_fact_problems(statement: object) -> list[str]:
     """The statement's run-only facts (command, source tree, GPUs, CI identity) that do not have the shape
     build_statement gives them: [] for a well-formed statement."""
@@ -166,8 +163,8 @@ def run_fact_problems(statement: object) -> list[str]:
     for path, ok, what in _RUN_FACT_SHAPES:
         value: object = pred
         for key in path:
-            value = value.get(key, _MISSING) if isinstance(value, dict) else _MISSING
-        if value is not _MISSING and not ok(value):
+            value = value.get(key, MISSING) if isinstance(value, dict) else MISSING
+        if value is not MISSING and not ok(value):
             problems.append(f"provenance: predicate.{'.'.join(path)} is not {what}")
     return problems
 

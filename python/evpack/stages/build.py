@@ -152,13 +152,8 @@ def _built_triton(stage_dir: Path) -> bool:
         names = {k.get("variant") for k in kernels if isinstance(k, dict)}
     except (OSError, ValueError, TypeError, AttributeError):
         return False  # an unreadable kernel list is named by the derivation
-    langs = set()
-    for name in names:
-        try:
-            langs.add(registry.get(str(name), include_canaries=True).language)
-        except ValueError:
-            continue  # a variant this code does not know: an older or newer pack's, not a Triton one here
-    return "triton" in langs
+    # a name this code does not know (an older or newer pack's variant) is no Triton variant here
+    return any(v.language == "triton" and v.name in names for v in registry.variants(include_canaries=True))
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:

@@ -22,6 +22,7 @@ a tensor kernel with fp16 accumulators, must fail: the canary matrix reads it as
 """
 from __future__ import annotations
 
+import glob
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -54,8 +55,8 @@ def required_files(stage_dir: Path) -> tuple[str, ...]:
     the record names cannot go missing unnoticed."""
     try:
         binaries = read_json(stage_dir / "run.json").get("binaries") or []
-        named = tuple(b["stderr"] for b in binaries if isinstance(b, dict) and isinstance(b.get("stderr"), str)
-                      and plain_name(b["stderr"]) and not any(c in b["stderr"] for c in "*?["))
+        named = tuple(glob.escape(b["stderr"]) for b in binaries  # a literal name, never a pattern
+                      if isinstance(b, dict) and isinstance(b.get("stderr"), str) and plain_name(b["stderr"]))
     except (OSError, ValueError, AttributeError, TypeError):
         return REQUIRED_FILES  # an unreadable run.json is named by the derivation
     return REQUIRED_FILES + named
