@@ -296,12 +296,17 @@ def live_sshd(tmp_path):
     server = start_sshd(tmp_path / "sshd", home_file=home_file)
     server.home_file = home_file  # type: ignore[attr-defined]
     yield server
-    for pid in descendants(server.proc.pid):
+    thaw(server.proc.pid)
+    stop_sshd(server.proc)
+
+
+def thaw(root: int) -> None:
+    """SIGCONT to every process below `root` (a test froze them); one that ended meanwhile is skipped."""
+    for pid in descendants(root):
         try:
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
-    stop_sshd(server.proc)
 
 
 def descendants(root: int) -> list[int]:
@@ -357,8 +362,7 @@ def test_follow_ends_when_the_host_stops_answering(tmp_path, live_sshd):
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(timeout=10)
-        for pid in descendants(s.proc.pid):
-            os.kill(pid, signal.SIGCONT)
+        thaw(s.proc.pid)
         pid_file = home / "evidence-pack" / ".evpack-run" / "pid"
         if pid_file.exists():
             try:
