@@ -29,6 +29,7 @@ from conftest import REPO, copy_pack, fake_pack, verify_fake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from evpack.errors import PackError
 from evpack.packfs import MAX_FILE_BYTES, MAX_INFLATED_BYTES, plain_name, read_gzip
 from evpack.provenance.check import check_provenance
 from evpack.verify import check_index, verify_all, verify_pack
@@ -173,6 +174,20 @@ def test_the_pack_writer_leaves_no_empty_folder(tmp_path):
     assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == [
         "build", "build/result.json", "index.json"]
     assert list(index["files"]) == ["build/result.json"]
+
+
+@pytest.mark.parametrize("moved", ["INDEX.JSON", "Index.json", "sub_m/index.json", "inde\u0301x.json"])
+def test_an_index_moved_away_refuses_the_pack(pack, moved):
+    """A pack whose index.json was renamed (case, a look-alike name) or moved into a folder is no finished
+    pack: one line, exit 2, whatever the file system's case rules (the property test below found this)."""
+    (pack / moved).parent.mkdir(exist_ok=True)
+    (pack / "index.json").rename(pack / moved)
+    with pytest.raises(PackError, match="no index.json: not a finished pack"):
+        check_index(pack)
+    proc = _verify_cli(pack, timeout=60)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out  # the CLI's exit for input that is not a pack
+    assert out.strip().splitlines() == [f"error: {pack}: no index.json: not a finished pack"], out
 
 
 # --- entries no reader may open: verify reports them and opens nothing --------------------------------
@@ -492,7 +507,10 @@ def test_no_structural_change_verifies_or_blocks(pristine, tmp_path_factory, cha
     for c in changes:
         _change(pack, trap, c)
     with deadline(10):
-        problems = check_index(pack)
+        try:  # index.json renamed or moved away: the pack is refused outright (the CLI's one line, exit 1)
+            problems = check_index(pack)
+        except PackError as exc:
+            problems = [str(exc)]
         if not problems:
             problems = list(check_provenance(pack, allowed_signers=ALLOWED, require_signature=True).problems)
     assert problems, f"a structurally changed pack verifies as signed: {changes}"
