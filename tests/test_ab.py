@@ -14,6 +14,8 @@ import pytest
 import reference
 from conftest import REPO, TESTS, run_cli
 
+from evpack.reporting import ab_section
+from evpack.reporting.blocks import to_markdown
 from evpack.stages import bench as bench_stage
 from evpack.timing import ab, ab_stage, baseline_build
 from evpack.timing.summary import read_samples, read_summary, records_of, samples_file
@@ -330,9 +332,9 @@ def test_build_ab_joins_rows_and_lists_one_sided_ones():
     assert out["counts"] == {"SAME": 1, "FASTER": 0, "SLOWER": 1, "UNSURE": 1}
     assert out["rule"] == ab.RULE and out["rule_version"] == 2 and out["base_commit"] == "b" * 40
     json.dumps(out)  # JSON-serialisable as written
-    md = ab.render_markdown(out)
+    md = to_markdown(ab_section.ab_blocks(out))
     assert md.index("SLOWER") < md.index("UNSURE") and "mma/newcfg" in md and "mma/gone" in md
-    assert "**UNSURE** (base fail" in md and "| mma/slow |" in md and "+8." in md
+    assert "| UNSURE | base fail" in md and "| `mma/slow` |" in md and "+8." in md
     assert "Benjamini-Hochberg" in md and "1 re-timed" in md
     assert "3 rows, 1 SAME, 1 SLOWER, 1 UNSURE, 1 new, 1 removed" in ab.summary_line(out)
 
@@ -421,7 +423,7 @@ def test_build_ab_error_has_no_rows_and_says_why():
     out = ab.build_ab(_meta("error"), heads, hs, [], {})
     assert out["rows"] == [] and out["regressions"] == [] and out["status"] == "error"
     assert "error (base build exited 1: boom)" in ab.summary_line(out)
-    assert "A/B error" in ab.render_markdown(out)
+    assert "A/B error" in to_markdown(ab_section.ab_blocks(out))
 
 
 def test_ab_files_round_trip_and_tampering_is_found(tmp_path):
@@ -434,7 +436,7 @@ def test_ab_files_round_trip_and_tampering_is_found(tmp_path):
     assert (tmp_path / ab_stage.CONFIRM_SAMPLES_FILE).is_file() and written["regressions"] == [SLOW_KEY]
     again, problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)
     assert problem == "" and again["rows"] == written["rows"]
-    assert ab_stage.report_section(tmp_path).startswith("### A/B in one run: head hhhhhhhhhhhh against base")
+    assert to_markdown(ab_section.section(tmp_path)).startswith("### A/B in one run: head `hhhhhhhhhhhh` against base")
     # a verdict edited by hand
     data = json.loads((tmp_path / ab.AB_FILE).read_text())
     data["rows"][1]["verdict"] = ab.SAME

@@ -8,6 +8,7 @@ import pytest
 import reference
 from conftest import FAKE, copy_pack, fake_pack
 
+from evpack.records.bench import BenchRow
 from evpack.timing import compare as cmp
 
 SHAPE = "B=16,H=16,S=512,D=64,dtype=fp16,causal=0"
@@ -19,17 +20,22 @@ def row(impl="evpack", variant="wmma", config="m64n64w4s1", median=50.0, iqr=0.5
             "status": status, "median_us": median if status == "ok" else None, "iqr_us": iqr}
 
 
+def brow(*args, **kw) -> BenchRow:
+    """The row as compare's readers see it (records.bench.BenchRow)."""
+    return BenchRow.from_json(row(*args, **kw))
+
+
 def test_classify_uses_combined_spread():
-    a = row(median=50.0, iqr=0.5)
+    a = brow(median=50.0, iqr=0.5)
     # threshold = 2 * sqrt(0.5^2 + 0.5^2) = 1.414 us (no drift)
-    assert cmp.classify(a, row(median=51.3, iqr=0.5), 0.0) == cmp.SAME
-    assert cmp.classify(a, row(median=51.5, iqr=0.5), 0.0) == cmp.SLOWER
-    assert cmp.classify(a, row(median=48.5, iqr=0.5), 0.0) == cmp.FASTER
+    assert cmp.classify(a, brow(median=51.3, iqr=0.5), 0.0) == cmp.SAME
+    assert cmp.classify(a, brow(median=51.5, iqr=0.5), 0.0) == cmp.SLOWER
+    assert cmp.classify(a, brow(median=48.5, iqr=0.5), 0.0) == cmp.FASTER
     # a noisier B widens the band: the same 1.5 us is now noise
-    assert cmp.classify(a, row(median=51.5, iqr=1.0), 0.0) == cmp.SAME
+    assert cmp.classify(a, brow(median=51.5, iqr=1.0), 0.0) == cmp.SAME
     # drift of untouched SDPA rows widens it too: 3% of ~51 us
-    assert cmp.classify(a, row(median=52.5, iqr=0.5), 0.03) == cmp.SAME
-    assert cmp.threshold(a, row(median=50.0, iqr=0.5), 0.0) == pytest.approx(2 * 0.5 * 2 ** 0.5)
+    assert cmp.classify(a, brow(median=52.5, iqr=0.5), 0.03) == cmp.SAME
+    assert cmp.threshold(a, brow(median=50.0, iqr=0.5), 0.0) == pytest.approx(2 * 0.5 * 2 ** 0.5)
 
 
 def test_drift_is_median_shift_of_sdpa_rows():
@@ -45,11 +51,11 @@ def test_compare_rows_marks():
     b = [row(median=50.2), row(variant="scalar", config="c", median=1000.0), row(config="new"),
          row(variant="x"), row("sdpa", "default", "", 50.0)]
     diff = cmp.compare_rows(a, b)
-    marks = {(e["variant"], e["config"]): e["mark"] for e in diff["rows"]}
+    marks = {(e.variant, e.config): e.mark for e in diff.rows}
     assert marks == {("wmma", "m64n64w4s1"): "SAME", ("scalar", "c"): "SLOWER", ("wmma", "old"): "GONE",
                      ("x", "m64n64w4s1"): "N/A", ("default", ""): "SAME", ("wmma", "new"): "NEW"}
-    assert diff["counts"]["SLOWER"] == 1 and cmp.exit_code(diff) == 1
-    assert [e["variant"] for e in cmp.regressions(diff)] == ["scalar"]
+    assert diff.counts["SLOWER"] == 1 and cmp.exit_code(diff) == 1
+    assert [e.variant for e in cmp.regressions(diff)] == ["scalar"]
     text = cmp.render(diff, only_changed=True)
     assert "SLOWER" in text and "| SAME |" not in text and "drift" in text
 
@@ -58,7 +64,7 @@ def test_sdpa_slower_is_not_our_regression():
     a = [row("sdpa", "math", "", 100.0, 0.1), row("sdpa", "default", "", 50.0), row()]
     b = [row("sdpa", "math", "", 200.0, 0.1), row("sdpa", "default", "", 50.0), row()]
     diff = cmp.compare_rows(a, b)
-    assert diff["counts"]["SLOWER"] == 1 and cmp.exit_code(diff) == 0
+    assert diff.counts["SLOWER"] == 1 and cmp.exit_code(diff) == 0
 
 
 def _main(args: list[str]) -> int:
@@ -160,4 +166,4 @@ def test_malformed_rows_are_refused_by_load(tmp_path, bad, needle):
 def test_a_zero_median_is_not_a_measurement():
     diff = cmp.compare_rows([row(median=0.0), row("sdpa", "default", "", 0.0)],
                             [row(median=50.0), row("sdpa", "default", "", 50.0)])
-    assert [e["mark"] for e in diff["rows"]] == [cmp.NA, cmp.NA] and diff["drift"] == 0.0
+    assert [e.mark for e in diff.rows] == [cmp.NA, cmp.NA] and diff.drift == 0.0

@@ -58,7 +58,7 @@ def test_two_benchmarks_of_one_commit_agree():
         pytest.skip("no two reference packs with a benchmark of one clean commit and suite")
     for commit, (a, b, *_) in pairs.items():
         diff = compare.compare_rows(compare.load(a)["rows"], compare.load(b)["rows"])
-        c = diff["counts"]
+        c = diff.counts
         compared = c["SAME"] + c["FASTER"] + c["SLOWER"]
         assert compared >= 100, (commit, c)
         assert c["SAME"] / compared >= 0.90, (commit, a.name, b.name, c)

@@ -407,7 +407,7 @@ def cmd_compare(args) -> int:
         raise PackError(str(exc)) from None
     diff = compare_rows(a["rows"], b["rows"])
     if args.format == "json":
-        print(json.dumps(diff, indent=2, allow_nan=False, default=str))
+        print(json.dumps(diff.to_json(), indent=2, allow_nan=False, default=str))
     else:
         print(render(diff, only_changed=not args.all, markdown=args.format == "md"))
     regs = regressions(diff)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..markdown import code, short, table, text
+from ..records.bench import AbRecord, AbRow, AbSide, number
 from ..timing import ab as ab_mod
 from .blocks import Block, Details, Md
 from .decision import base_name
@@ -13,61 +14,66 @@ _ORDER = {ab_mod.SLOWER: 0, ab_mod.FASTER: 1, ab_mod.UNSURE: 2, ab_mod.SAME: 3}
 HEAD = ["kernel", "shape", "mode", "base µs (± IQR)", "head µs (± IQR)", "Δ time", "CI", "verdict", "why"]
 
 
-def _us(side: object) -> str:
-    if not isinstance(side, dict) or not isinstance(side.get("median_us"), (int, float)):
+def _us(side: AbSide) -> str:
+    if not number(side.median_us):
         return "-"
-    iqr = side.get("iqr_us")
-    med = side["median_us"]
-    return f"{med:.2f}\u00a0±\u00a0{iqr:.2f}" if isinstance(iqr, (int, float)) else f"{med:.2f}"  # never broken
+    med, iqr = side.median_us, side.iqr_us
+    return f"{med:.2f}\u00a0±\u00a0{iqr:.2f}" if number(iqr) else f"{med:.2f}"  # never broken
 
 
 def _pct(x: object) -> str:
-    return f"{x - 1:+.1%}" if isinstance(x, (int, float)) else "-"
+    return f"{x - 1:+.1%}" if number(x) else "-"
 
 
-def _row(e: dict, *, why: bool = True) -> list[str]:
-    ci = "-" if e.get("ci_lo") is None else f"{_pct(e.get('ci_lo'))}..{_pct(e.get('ci_hi'))}"
-    cells = [code(f"{e.get('variant')}/{e.get('config')}", in_table=True), text(e.get("shape")), text(e.get("mode")),
-             _us(e.get("base")), _us(e.get("head")), _pct(e.get("ratio")), ci, text(e.get("verdict"))]
-    return cells + [text(short(e.get("reason") or "", 160))] if why else cells
+def _row(e: AbRow, *, why: bool = True) -> list[str]:
+    ci = "-" if e.ci_lo is None else f"{_pct(e.ci_lo)}..{_pct(e.ci_hi)}"
+    cells = [code(e.kernel, in_table=True), text(e.shape), text(e.mode), _us(e.base), _us(e.head), _pct(e.ratio),
+             ci, text(e.verdict)]
+    return cells + [text(short(e.reason or "", 160))] if why else cells
+
+
+def _rule_line(ab: AbRecord) -> str:
+    r = ab.rule
+    if not all(number(x) for x in (r.conf, r.min_effect, r.min_n)):
+        stored = ab.raw.get("rule")
+        return f"Rule: {text(r.name if isinstance(stored, dict) else stored)}."
+    line = (f"Rule: time ratio = median(head) / median(base), CI = order-statistic CIs of both medians "
+            f"(joint >= {r.conf:.0%}); SLOWER / FASTER when the CI excludes 1 and the ratio is beyond "
+            f"±{r.min_effect:.0%}, SAME when the CI lies inside ±{r.min_effect:.0%}, else UNSURE "
+            f"(or fewer than {int(r.min_n)} samples).")
+    if r.rule_version >= 2 and number(r.fdr_q):
+        retimed = len(ab.confirm_keys) if isinstance(ab.confirm_keys, list) else 0
+        line += (f" Rank-sum p-values under Benjamini-Hochberg at {r.fdr_q:g} over the rows; a SLOWER row must "
+                 f"be confirmed by a second same-run round ({retimed} re-timed).")
+    return line
 
 
 def ab_blocks(data: dict) -> list[Block]:
     """The A/B section of a loaded (and, for a sharded run, merged) ab.json."""
-    head = f"{str(data.get('head_commit'))[:12]}" + (" with uncommitted changes" if data.get("head_dirty") else "")
-    title = ("self-check: HEAD against itself" if data.get("self_check")
-             else f"head {code(head)} against base {base_name(data)}")
+    ab = AbRecord.from_json(data)
+    head = f"{str(ab.head_commit)[:12]}" + (" with uncommitted changes" if ab.head_dirty else "")
+    title = ("self-check: HEAD against itself" if ab.self_check
+             else f"head {code(head)} against base {base_name(ab)}")
     lines = [f"### A/B in one run: {title}", ""]
-    if data.get("status") != "pass":
-        lines += [f"**A/B {text(data.get('status'))}**: {text(short(data.get('reason') or '', 300))}. The head's "
+    if not ab.passed:
+        lines += [f"**A/B {text(ab.status)}**: {text(short(ab.reason or '', 300))}. The head's "
                   "benchmark below is unaffected; no row was compared."]
         return [Md("\n".join(lines))]
-    rows = [e for e in data.get("rows") or [] if isinstance(e, dict)]
-    counts = data.get("counts") or {}
-    tally = ", ".join(f"{counts[v]} {v}" for v in ab_mod.VERDICTS if counts.get(v))
-    same = sum(1 for e in rows if e.get("verdict") == ab_mod.SAME)
-    rule = data.get("rule") or {}
+    rows = ab.rows
+    tally = ", ".join(f"{ab.count(v)} {v}" for v in ab_mod.VERDICTS if ab.count(v))
+    same = ab.count(ab_mod.SAME)
     lines += [f"{len(rows)} rows compared: {tally or 'none'}" + (f"; SAME rate {same / len(rows):.1%}" if rows else "")
-              + f". Binaries: base {code(str(data.get('base_so_sha256'))[:12])}, "
-              f"head {code(str(data.get('head_so_sha256'))[:12])}.", ""]
-    try:
-        lines += [f"Rule: time ratio = median(head) / median(base), CI = order-statistic CIs of both medians "
-                  f"(joint >= {rule['conf']:.0%}); SLOWER / FASTER when the CI excludes 1 and the ratio is beyond "
-                  f"±{rule['min_effect']:.0%}, SAME when the CI lies inside ±{rule['min_effect']:.0%}, else UNSURE "
-                  f"(or fewer than {int(rule['min_n'])} samples).", ""]
-    except (KeyError, TypeError, ValueError):
-        lines += [f"Rule: {text(rule.get('name') if isinstance(rule, dict) else rule)}.", ""]
-    notable = sorted((e for e in rows if e.get("verdict") != ab_mod.SAME),
-                     key=lambda e: (_ORDER.get(e.get("verdict"), 9), str(e.get("key"))))
+              + f". Binaries: base {code(str(ab.base_so_sha256)[:12])}, "
+              f"head {code(str(ab.head_so_sha256)[:12])}.", "", _rule_line(ab), ""]
+    notable = sorted((e for e in rows if e.verdict != ab_mod.SAME), key=lambda e: (_ORDER.get(e.verdict, 9), str(e.key)))
     lines += table(HEAD, [_row(e) for e in notable]) if notable else ["Every compared row is SAME."]
-    for what, label in (("new", "New on the head (not compared)"), ("removed", "Removed from the base (not compared)")):
-        entries = [e for e in data.get(what) or [] if isinstance(e, dict)]
+    for entries, label in ((ab.new, "New on the head (not compared)"), (ab.removed, "Removed from the base (not compared)")):
         if entries:
-            keys = sorted({f"{e.get('variant')}/{e.get('config')}" for e in entries})
+            keys = sorted({e.kernel for e in entries})
             lines += ["", f"{label}, {len(entries)} rows: {', '.join(code(k) for k in keys)}."]
     out: list[Block] = [Md("\n".join(lines))]
     if rows:
-        every = table(HEAD[:-1], [_row(e, why=False) for e in sorted(rows, key=lambda e: str(e.get("key")))])
+        every = table(HEAD[:-1], [_row(e, why=False) for e in sorted(rows, key=lambda e: str(e.key))])
         out.append(Details(f"All {len(rows)} compared rows of the A/B", (Md("\n".join(every)),)))
     return out
 

@@ -72,7 +72,7 @@ def _decision(view: PackView, perf: PerfDecision) -> list[str]:
             continue
         why = " (the A/B could not tell: its CI crosses the band of SAME, or too few samples)" if what == "UNSURE" else ""
         lines += [f"**{what}** ({len(rows)}){why}:", ""]
-        lines += [f"- {row_name(e)}" + (f": {ratio_text(e)}" if "ratio" in e else "") for e in rows[:MAX_LIST]]
+        lines += [f"- {row_name(e)}" + (f": {ratio_text(e)}" if "ratio" in e.raw else "") for e in rows[:MAX_LIST]]
         if len(rows) > MAX_LIST:
             lines.append(f"- … and {len(rows) - MAX_LIST} more (report.md lists them)")
         lines.append("")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..markdown import code, short, text
+from ..records.bench import AbRecord, AbRow, number
 from ..stages.base import ERROR, SKIPPED
 from ..timing import ab as ab_mod
 from .common import PackView
@@ -19,57 +20,56 @@ REASON_CHARS = 300
 @dataclass(frozen=True)
 class PerfDecision:
     """line: one Markdown clause (no regression against ..., or the SLOWER count); slower/unsure: the rows
-    (dicts of ab.json; a previous-pack regression has its key only) to name; notes: plain-text clauses
+    of ab.json to name (a previous-pack regression: a row with its key only); notes: plain-text clauses
     that qualify the line (how it was timed, other tallies)."""
 
     line: str
     regressed: bool
-    slower: tuple[dict, ...] = ()
-    unsure: tuple[dict, ...] = ()
+    slower: tuple[AbRow, ...] = ()
+    unsure: tuple[AbRow, ...] = ()
     notes: tuple[str, ...] = ()
 
 
-def row_name(e: dict) -> str:
+def row_name(e: AbRow) -> str:
     """An A/B row for a reader: kernel, shape and mode, escaped (a row known by its key only: the key)."""
-    if "variant" not in e:
-        return code(e.get("key"))
-    kernel = f"{e.get('variant')}/{e.get('config')}"
-    return f"{code(kernel)} {text(e.get('shape'))} {text(e.get('mode'))}"
+    if e.variant is None:
+        return code(e.key)
+    return f"{code(e.kernel)} {text(e.shape)} {text(e.mode)}"
 
 
-def ratio_text(e: dict) -> str:
-    r, lo, hi = e.get("ratio"), e.get("ci_lo"), e.get("ci_hi")
-    if not isinstance(r, (int, float)):
+def ratio_text(e: AbRow) -> str:
+    r, lo, hi = e.ratio, e.ci_lo, e.ci_hi
+    if not number(r):
         return "no ratio"
-    ci = f", CI {lo - 1:+.1%}..{hi - 1:+.1%}" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else ""
+    ci = f", CI {lo - 1:+.1%}..{hi - 1:+.1%}" if number(lo) and number(hi) else ""
     return f"time {r - 1:+.1%}{ci}"
 
 
-def base_name(data: dict) -> str:
-    ref, commit = str(data.get("base_ref") or "?"), str(data.get("base_commit") or "?")
-    if data.get("self_check"):
+def base_name(ab: AbRecord) -> str:
+    ref, commit = str(ab.base_ref or "?"), str(ab.base_commit or "?")
+    if ab.self_check:
         return "itself (A/B self-check)"
     return code(ref) + ("" if commit.startswith(ref) else f" ({code(commit[:12])})")
 
 
 def _from_ab(data: dict) -> PerfDecision:
-    against = base_name(data)
-    if data.get("status") != "pass":
-        return PerfDecision(f"no performance decision: the A/B against {against} is {text(data.get('status'))} "
-                            f"({text(short(data.get('reason') or '', REASON_CHARS))})", regressed=False)
-    rows = [e for e in data.get("rows") or [] if isinstance(e, dict)]
-    counts = {v: sum(1 for e in rows if e.get("verdict") == v) for v in ab_mod.VERDICTS}
-    slower = tuple(sorted((e for e in rows if e.get("verdict") == ab_mod.SLOWER), key=lambda e: str(e.get("key"))))
-    unsure = tuple(sorted((e for e in rows if e.get("verdict") == ab_mod.UNSURE), key=lambda e: str(e.get("key"))))
-    tally = f"{counts['SAME']} SAME, {counts['UNSURE']} UNSURE, {counts['SLOWER']} SLOWER"
+    ab = AbRecord.from_json(data)
+    against = base_name(ab)
+    if not ab.passed:
+        return PerfDecision(f"no performance decision: the A/B against {against} is {text(ab.status)} "
+                            f"({text(short(ab.reason or '', REASON_CHARS))})", regressed=False)
+    same, unsure, slower, faster = (ab.count(v) for v in (ab_mod.SAME, ab_mod.UNSURE, ab_mod.SLOWER, ab_mod.FASTER))
+    tally = f"{same} SAME, {unsure} UNSURE, {slower} SLOWER"
     notes = ["timed in the same run on the same GPU"]
-    notes += [f"{counts['FASTER']} FASTER"] if counts["FASTER"] else []
-    notes += [f"{len(data[k])} {k} rows not compared" for k in ("new", "removed") if data.get(k)]
+    notes += [f"{faster} FASTER"] if faster else []
+    notes += [f"{len(rows)} {what} rows not compared" for what, rows in (("new", ab.new), ("removed", ab.removed))
+              if rows]
     if slower:
-        line = f"**{len(slower)} row{'s' if len(slower) != 1 else ''} SLOWER** than {against}: {tally}"
+        line = f"**{slower} row{'s' if slower != 1 else ''} SLOWER** than {against}: {tally}"
     else:
         line = f"no regression against {against}: {tally}"
-    return PerfDecision(line, bool(slower), slower, unsure, tuple(notes))
+    return PerfDecision(line, bool(slower), ab.with_verdict(ab_mod.SLOWER), ab.with_verdict(ab_mod.UNSURE),
+                        tuple(notes))
 
 
 def _from_previous(view: PackView, data: dict) -> PerfDecision:
@@ -82,7 +82,7 @@ def _from_previous(view: PackView, data: dict) -> PerfDecision:
     notes = ("against an earlier run's benchmark, not a same-run A/B; the tally counts every row, SDPA's included",)
     if regs:
         return PerfDecision(f"**{ours} row{'s' if ours != 1 else ''} of ours SLOWER** than {against} beyond the "
-                            f"measured noise: {tally}", True, tuple({"key": k} for k in regs), (), notes)
+                            f"measured noise: {tally}", True, tuple(AbRow(key=k) for k in regs), (), notes)
     return PerfDecision(f"no regression against {against}: {tally}", False, (), (), notes)
 
 

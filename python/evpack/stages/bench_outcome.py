@@ -36,17 +36,20 @@ def add_previous(stage_dir: Path, rows: list[dict], run_info: dict, data: dict) 
     """The comparison with the previous pack (previous_summary.json, when the run had one) into data:
     its regressions and counts. Returns a problem (a corrupt file) or None."""
     from ..timing import summary as sm
-    from ..timing.compare import compare_rows, regressions
+    from ..timing.compare import compare_rows, regressions, row_problem
 
     if not sm.has_summary(stage_dir, sm.PREVIOUS_FILE):
         return None
     try:
-        diff = compare_rows(sm.read_summary(stage_dir, sm.PREVIOUS_FILE)["rows"], rows)
+        previous = sm.read_summary(stage_dir, sm.PREVIOUS_FILE)["rows"]
+        problem = next(filter(None, map(row_problem, previous)), None)
+        if problem:
+            return f"corrupt previous_summary.json: {problem}"
+        diff = compare_rows(previous, rows)
     except (ValueError, KeyError, TypeError) as exc:
         return f"corrupt previous_summary.json: {exc}"
-    data["regressions"] = [f"{e['impl']}|{e['variant']}|{e['config']}|{e['shape']}|{e['mode']}"
-                           for e in regressions(diff)]
-    data["compare_counts"] = diff["counts"]
+    data["regressions"] = [f"{e.impl}|{e.variant}|{e.config}|{e.shape}|{e.mode}" for e in regressions(diff)]
+    data["compare_counts"] = diff.counts
     data["previous_pack_id"] = run_info.get("previous_pack_id")
     return None
 

@@ -228,15 +228,3 @@ def load(stage_dir: Path) -> dict | None:
     if not folders:
         return None
     return ab.merge([read_member_json(d, ab.AB_FILE) for d in folders])
-
-
-def report_section(stage_dir: Path) -> str:
-    """The A/B table for report.md / the PR comment ('' when the run had no baseline).
-
-    It goes first among the benchmark sections: the one same-run comparison with the base.
-    """
-    try:
-        data = load(stage_dir)
-        return "" if data is None else ab.render_markdown(data)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"A/B: {ab.AB_FILE} unreadable ({type(exc).__name__})\n"

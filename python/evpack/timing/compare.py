@@ -30,10 +30,16 @@ not verify; 2 bad input (not a pack, no bench data), with a one-line error on st
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+
+from ..records.bench import BenchRow
 
 K = 2.0
 SAME, FASTER, SLOWER, NEW, GONE, NA = "SAME", "FASTER", "SLOWER", "NEW", "GONE", "N/A"
+MARKS = (SAME, FASTER, SLOWER, NEW, GONE, NA)
 OURS, SDPA = "evpack", "sdpa"
 
 
@@ -84,68 +90,97 @@ def load(pack: Path) -> dict:
     return data
 
 
-def _key(r: dict) -> tuple:
-    return tuple(r[k] for k in KEY_FIELDS)
+Row = BenchRow | Mapping
 
 
-def _timed(r: dict | None) -> bool:
-    """A row with a measured, positive median (0 is no measurement, and would divide by zero)."""
-    return bool(r) and r.get("status") == "ok" and _number(r.get("median_us")) and r["median_us"] > 0
+def _typed(rows: Sequence[Row]) -> list[BenchRow]:
+    return [r if isinstance(r, BenchRow) else BenchRow.from_json(r) for r in rows]
 
 
-def drift(rows_a: list[dict], rows_b: list[dict], exclude: tuple | None = None) -> float:
+def _key(r: BenchRow) -> tuple:
+    return tuple(getattr(r, k) for k in KEY_FIELDS)
+
+
+@dataclass(frozen=True)
+class CompareEntry:
+    """One joined row: its key fields, the mark, both medians and (for a timed pair) the change and noise."""
+
+    impl: Any
+    variant: Any
+    config: Any
+    shape: Any
+    mode: Any
+    mark: str
+    median_a_us: Any = None
+    median_b_us: Any = None
+    delta_pct: float | None = None
+    threshold_us: float | None = None
+    note: str = ""  # why a pair could not be compared (N/A): the two statuses
+
+
+@dataclass(frozen=True)
+class Comparison:
+    drift: float
+    k: float
+    rows: tuple[CompareEntry, ...]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {m: sum(1 for e in self.rows if e.mark == m) for m in MARKS}
+
+    def to_json(self) -> dict[str, Any]:
+        """`compare --format json`: the drift, K, every row (a note only where there is one) and the counts."""
+        rows = [{k: v for k, v in asdict(e).items() if k != "note" or v} for e in self.rows]
+        return {"drift": self.drift, "k": self.k, "rows": rows, "counts": self.counts}
+
+
+def drift(rows_a: Sequence[Row], rows_b: Sequence[Row], exclude: tuple | None = None) -> float:
     """Median relative shift of the SDPA rows both packs timed (0 if none); `exclude` leaves one row out."""
-    b = {_key(r): r for r in rows_b}
-    shifts = sorted(abs(b[_key(r)]["median_us"] - r["median_us"]) / r["median_us"] for r in rows_a
-                    if r["impl"] == SDPA and _key(r) != exclude and _timed(r) and _timed(b.get(_key(r))))
+    b = {_key(r): r for r in _typed(rows_b)}
+    shifts = sorted(abs(b[_key(r)].median_us - r.median_us) / r.median_us for r in _typed(rows_a)
+                    if r.impl == SDPA and _key(r) != exclude and r.timed and _key(r) in b and b[_key(r)].timed)
     if not shifts:
         return 0.0
     n = len(shifts)
     return shifts[n // 2] if n % 2 else (shifts[n // 2 - 1] + shifts[n // 2]) / 2
 
 
-def threshold(a: dict, b: dict, drift_: float, k: float = K) -> float:
-    return k * math.hypot(a.get("iqr_us") or 0.0, b.get("iqr_us") or 0.0) + drift_ * (a["median_us"] + b["median_us"]) / 2
+def threshold(a: BenchRow, b: BenchRow, drift_: float, k: float = K) -> float:
+    return k * math.hypot(a.iqr_us or 0.0, b.iqr_us or 0.0) + drift_ * (a.median_us + b.median_us) / 2
 
 
-def classify(a: dict, b: dict, drift_: float, k: float = K) -> str:
-    d = b["median_us"] - a["median_us"]
+def classify(a: BenchRow, b: BenchRow, drift_: float, k: float = K) -> str:
+    d = b.median_us - a.median_us
     t = threshold(a, b, drift_, k)
     return SLOWER if d > t else FASTER if -d > t else SAME
 
 
-def compare_rows(rows_a: list[dict], rows_b: list[dict], k: float = K) -> dict:
-    """{'drift', 'k', 'rows': [{key fields, mark, medians, delta_pct, threshold_us}], 'counts'}."""
+def _entry(key: tuple, a: BenchRow | None, b: BenchRow | None, rows_a: list[BenchRow], rows_b: list[BenchRow],
+           dr: float, k: float) -> CompareEntry:
+    medians = {"median_a_us": a.median_us if a else None, "median_b_us": b.median_us if b else None}
+    if a is None or b is None:
+        return CompareEntry(*key, mark=NEW if a is None else GONE, **medians)
+    if not (a.timed and b.timed):
+        return CompareEntry(*key, mark=NA, note=f"{a.status} -> {b.status}", **medians)
+    d = drift(rows_a, rows_b, exclude=key) if key[0] == SDPA else dr  # an SDPA row: the other SDPA rows' drift
+    return CompareEntry(*key, mark=classify(a, b, d, k), delta_pct=100.0 * (b.median_us - a.median_us) / a.median_us,
+                        threshold_us=threshold(a, b, d, k), **medians)
+
+
+def compare_rows(rows_a: Sequence[Row], rows_b: Sequence[Row], k: float = K) -> Comparison:
+    """Every row of A and B joined on its key fields, marked; the drift of the SDPA rows."""
+    rows_a, rows_b = _typed(rows_a), _typed(rows_b)
     dr = drift(rows_a, rows_b)
     a_by, b_by = {_key(r): r for r in rows_a}, {_key(r): r for r in rows_b}
-    out = []
-    for key in list(a_by) + [k_ for k_ in b_by if k_ not in a_by]:
-        a, b = a_by.get(key), b_by.get(key)
-        entry = dict(zip(("impl", "variant", "config", "shape", "mode"), key, strict=True))
-        entry.update(median_a_us=a.get("median_us") if a else None, median_b_us=b.get("median_us") if b else None,
-                     delta_pct=None, threshold_us=None)
-        if a is None:
-            entry["mark"] = NEW
-        elif b is None:
-            entry["mark"] = GONE
-        elif not (_timed(a) and _timed(b)):
-            entry["mark"] = NA
-            entry["note"] = f"{a.get('status')} -> {b.get('status')}"
-        else:  # an SDPA row is judged against the drift of the other SDPA rows
-            d = drift(rows_a, rows_b, exclude=key) if key[0] == SDPA else dr
-            entry["mark"] = classify(a, b, d, k)
-            entry["delta_pct"] = 100.0 * (b["median_us"] - a["median_us"]) / a["median_us"]
-            entry["threshold_us"] = threshold(a, b, d, k)
-        out.append(entry)
-    counts = {m: sum(1 for e in out if e["mark"] == m) for m in (SAME, FASTER, SLOWER, NEW, GONE, NA)}
-    return {"drift": dr, "k": k, "rows": out, "counts": counts}
+    keys = list(a_by) + [k_ for k_ in b_by if k_ not in a_by]
+    return Comparison(dr, k, tuple(_entry(key, a_by.get(key), b_by.get(key), rows_a, rows_b, dr, k) for key in keys))
 
 
-def regressions(diff: dict) -> list[dict]:
-    return [e for e in diff["rows"] if e["impl"] == OURS and e["mark"] == SLOWER]
+def regressions(diff: Comparison) -> list[CompareEntry]:
+    return [e for e in diff.rows if e.impl == OURS and e.mark == SLOWER]
 
 
-def exit_code(diff: dict) -> int:
+def exit_code(diff: Comparison) -> int:
     return 1 if regressions(diff) else 0
 
 
@@ -153,19 +188,18 @@ def _fmt(x, spec=".2f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def render(diff: dict, only_changed: bool = False, markdown: bool = True) -> str:
+def render(diff: Comparison, only_changed: bool = False, markdown: bool = True) -> str:
     head = ["mark", "impl", "variant", "config", "shape", "mode", "A µs", "B µs", "Δ %", "noise µs"]
     lines = []
-    for e in diff["rows"]:
-        if only_changed and e["mark"] == SAME:
+    for e in diff.rows:
+        if only_changed and e.mark == SAME:
             continue
-        lines.append([e["mark"] + (f" ({e['note']})" if e.get("note") else ""), e["impl"], e["variant"], e["config"] or "-", e["shape"], e["mode"],
-                      _fmt(e["median_a_us"]), _fmt(e["median_b_us"]), _fmt(e["delta_pct"], "+.1f"),
-                      _fmt(e["threshold_us"])])
-    c = diff["counts"]
+        lines.append([e.mark + (f" ({e.note})" if e.note else ""), e.impl, e.variant, e.config or "-", e.shape, e.mode,
+                      _fmt(e.median_a_us), _fmt(e.median_b_us), _fmt(e.delta_pct, "+.1f"), _fmt(e.threshold_us)])
+    c = diff.counts
     foot = (f"{c[SAME]} same, {c[FASTER]} faster, {c[SLOWER]} slower, {c[NEW]} new, {c[GONE]} gone, "
-            f"{c[NA]} n/a; noise rule |Δ| > {diff['k']:g}·sqrt(iqr_a²+iqr_b²) + drift·median, "
-            f"drift (SDPA rows) {100 * diff['drift']:.2f}%")
+            f"{c[NA]} n/a; noise rule |Δ| > {diff.k:g}·sqrt(iqr_a²+iqr_b²) + drift·median, "
+            f"drift (SDPA rows) {100 * diff.drift:.2f}%")
     if not lines:
         return foot
     if markdown:

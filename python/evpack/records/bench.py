@@ -1,0 +1,297 @@
+"""bench/summary.json and bench/ab.json as typed, read-only views: what the readers (the reports, the
+decision, `compare`) see of a benchmark.
+
+The writers (timing/summary.py, timing/ab.py) make the JSON and derive() compares it as written; these
+views never write. A view keeps every value as the file holds it (a reader checks a value's type where it
+formats it: a pack's values are untrusted until verify has run), gives None for a field the file does not
+hold, and keeps the whole object in `raw` for the fields it does not name. A view of something that is not
+an object is a view of an empty one, so a corrupted pack renders as "-" cells rather than a traceback.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+def _obj(value: Any) -> Mapping:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _objects(value: Any) -> list[Mapping]:
+    """The objects of a JSON list (anything else in it, or a value that is no list: left out)."""
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def view(cls, value: Any):
+    """cls's fields from a JSON object (None where absent) and the object itself as `raw`."""
+    obj = _obj(value)
+    return cls(**{f.name: obj.get(f.name) for f in fields(cls) if f.name != "raw"}, raw=obj)
+
+
+def number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+# --- bench/summary.json ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One row of summary.json: an implementation (ours or an SDPA backend) at a shape and mode."""
+
+    key: Any = None
+    impl: Any = None
+    variant: Any = None
+    config: Any = None
+    shape: Any = None
+    mode: Any = None
+    status: Any = None
+    reason: Any = None
+    median_us: Any = None
+    iqr_us: Any = None
+    tflops: Any = None
+    pct_floor: Any = None
+    speedup_vs: Any = None  # backend -> median(backend) / median(this row)
+    max_abs_err: Any = None
+    err_bound: Any = None
+    kernels: Any = None  # the SDPA kernels the profiler saw
+    capture_ms: Any = None
+    calls_per_sample: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, value: Any) -> BenchRow:
+        return view(cls, value)
+
+    def speedup(self, backend: str) -> Any:
+        return _obj(self.speedup_vs).get(backend)
+
+    @property
+    def timed(self) -> bool:
+        """ok with a measured, positive median (0 is no measurement)."""
+        return self.status == "ok" and number(self.median_us) and self.median_us > 0
+
+    @property
+    def kernel_names(self) -> list:
+        return self.kernels if isinstance(self.kernels, list) else []
+
+
+@dataclass(frozen=True)
+class LeaderEntry:
+    """One row of the leaderboard at the canonical shape, fastest first."""
+
+    rank: Any = None
+    impl: Any = None
+    variant: Any = None
+    config: Any = None
+    status: Any = None
+    median_us: Any = None
+    iqr_us: Any = None
+    tflops: Any = None
+    pct_floor: Any = None
+    speedup_vs_default: Any = None
+    graph_median_us: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class BenchSummary:
+    schema: Any = None
+    suite: Any = None
+    canonical: Any = None  # the canonical shape's key
+    primary_mode: Any = None
+    rows: tuple[BenchRow, ...] = ()
+    leaderboard: tuple[LeaderEntry, ...] = ()
+    canonical_speedup: Any = None
+    canonical_best: Any = None
+    canonical_speedup_vs: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, value: Any) -> BenchSummary:
+        obj = _obj(value)
+        names = [f.name for f in fields(cls) if f.name not in ("raw", "rows", "leaderboard")]
+        return cls(**{n: obj.get(n) for n in names},
+                   rows=tuple(BenchRow.from_json(r) for r in _objects(obj.get("rows"))),
+                   leaderboard=tuple(view(LeaderEntry, e) for e in _objects(obj.get("leaderboard"))), raw=obj)
+
+    def speedups_vs(self) -> dict:
+        return dict(_obj(self.canonical_speedup_vs))
+
+
+# --- bench/ab.json -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AbSide:
+    """One side's statistics of a compared row."""
+
+    median_us: Any = None
+    iqr_us: Any = None
+    n: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class AbRow:
+    """A row of ours timed on both sides (rows), or on one side only (new, removed: no sides, a status)."""
+
+    key: Any = None
+    variant: Any = None
+    config: Any = None
+    shape: Any = None
+    mode: Any = None
+    status: Any = None
+    base: AbSide = field(default_factory=AbSide)
+    head: AbSide = field(default_factory=AbSide)
+    ratio: Any = None  # median(head) / median(base)
+    ci_lo: Any = None
+    ci_hi: Any = None
+    verdict: Any = None
+    reason: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, value: Any) -> AbRow:
+        obj = _obj(value)
+        names = [f.name for f in fields(cls) if f.name not in ("raw", "base", "head")]
+        return cls(**{n: obj.get(n) for n in names}, base=view(AbSide, obj.get("base")),
+                   head=view(AbSide, obj.get("head")), raw=obj)
+
+    @property
+    def kernel(self) -> str:
+        return f"{self.variant}/{self.config}"
+
+
+@dataclass(frozen=True)
+class AbRule:
+    name: Any = None
+    version: Any = None
+    conf: Any = None
+    min_effect: Any = None
+    min_n: Any = None
+    fdr_q: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def rule_version(self) -> int:
+        return self.version if number(self.version) else 1
+
+
+@dataclass(frozen=True)
+class AbRecord:
+    """ab.json (merged over the shards of a sharded benchmark)."""
+
+    status: Any = None
+    reason: Any = None
+    base_ref: Any = None
+    base_commit: Any = None
+    head_commit: Any = None
+    head_dirty: Any = None
+    self_check: Any = None
+    base_so_sha256: Any = None
+    head_so_sha256: Any = None
+    rule: AbRule = field(default_factory=AbRule)
+    rows: tuple[AbRow, ...] = ()
+    new: tuple[AbRow, ...] = ()
+    removed: tuple[AbRow, ...] = ()
+    counts: Any = None
+    confirm_keys: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, value: Any) -> AbRecord:
+        obj = _obj(value)
+        lists = ("rows", "new", "removed")
+        names = [f.name for f in fields(cls) if f.name not in ("raw", "rule", *lists)]
+        return cls(**{n: obj.get(n) for n in names}, rule=view(AbRule, obj.get("rule")),
+                   **{n: tuple(AbRow.from_json(e) for e in _objects(obj.get(n))) for n in lists}, raw=obj)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    def count(self, verdict: str) -> int:
+        """Rows of that verdict (counted from the rows, never taken from `counts`)."""
+        return sum(1 for e in self.rows if e.verdict == verdict)
+
+    def with_verdict(self, verdict: str) -> tuple[AbRow, ...]:
+        return tuple(sorted((e for e in self.rows if e.verdict == verdict), key=lambda e: str(e.key)))
+
+
+# --- bench/run.json and clocks.json --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: Any = None
+    torch: Any = None
+    cuda: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    index: Any = None
+    uuid: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One GPU's part of a benchmark sharded over several: its folder, its GPU and its shapes."""
+
+    dir: Any = None
+    gpu: GpuRef = field(default_factory=GpuRef)
+    shapes: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def shape_count(self) -> int:
+        return len(self.shapes) if isinstance(self.shapes, list) else 0
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """run.json of the bench stage: the device, the cost and, for a sharded benchmark, its shards."""
+
+    device: DeviceInfo = field(default_factory=DeviceInfo)
+    gpu_seconds: Any = None
+    cost_usd: Any = None
+    cost_per_hour: Any = None
+    previous_pack_id: Any = None
+    shards: tuple[Shard, ...] = ()
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, value: Any) -> BenchRun:
+        obj = _obj(value)
+        shards = tuple(view(Shard, s) for s in _objects(obj.get("shards")))
+        return cls(device=view(DeviceInfo, obj.get("device")), gpu_seconds=obj.get("gpu_seconds"),
+                   cost_usd=obj.get("cost_usd"), cost_per_hour=obj.get("cost_per_hour"),
+                   previous_pack_id=obj.get("previous_pack_id"),
+                   shards=tuple(Shard(s.dir, view(GpuRef, s.raw.get("gpu")), s.shapes, s.raw) for s in shards),
+                   raw=obj)
+
+
+@dataclass(frozen=True)
+class ClockReading:
+    sm_mhz: Any = None
+    max_sm_mhz: Any = None
+    source: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """clocks.json: the SM clock under load before and after the benchmark, and whether it throttled."""
+
+    before: ClockReading = field(default_factory=ClockReading)
+    after: ClockReading = field(default_factory=ClockReading)
+    throttled: Any = None
+    reason: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, value: Any) -> Clocks:
+        obj = _obj(value)
+        return cls(view(ClockReading, obj.get("before")), view(ClockReading, obj.get("after")),
+                   obj.get("throttled"), obj.get("reason"), raw=obj)
