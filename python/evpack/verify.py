@@ -303,6 +303,10 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
     if pj.summary.canonical_speedup is not ABSENT:
         problems += [f"summary.{d}" for d in view_differences(pj.summary.canonical_speedup,
                                                                derived.facts.canonical_speedup, "canonical_speedup")]
+    problems += record_type_problems(pj)
+    if sp.digest_derived and pj.content_digest != derived.digest:
+        problems.append(f"content_digest: pack.json says {shown(repr(pj.content_digest))} but the stages and gates "
+                        f"give {derived.digest}")
     zd = pj.zero_delta
     if isinstance(zd, ZeroDelta) and (zd.same if zd.same is not ABSENT else None) != (
             (zd.previous_digest if zd.previous_digest is not ABSENT else None) == pj.get("content_digest")):
@@ -319,6 +323,19 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
 
     problems += check_incremental(pack_dir, pj.to_json(), verify_source, carried_from=carried_from, depth=_depth)
     problems += timings_problems(pj.to_json())
+    return problems
+
+
+def record_type_problems(pj: PackRecord) -> list[str]:
+    """pack.json fields the reports read, held to the types every writer gave them (a field a pack's schema
+    does not hold is ABSENT and passes)."""
+    problems = []
+    if pj.warnings is not ABSENT and not (isinstance(pj.warnings, list) and all(isinstance(w, str) for w in pj.warnings)):
+        problems.append("pack.json warnings: not a list of strings")
+    if pj.zero_delta is not ABSENT and pj.zero_delta is not None and not isinstance(pj.zero_delta, ZeroDelta):
+        problems.append("pack.json zero_delta: neither null nor an object")
+    if pj.signing is not ABSENT and pj.signing is not None and not isinstance(pj.signing, dict):
+        problems.append("pack.json signing: neither null nor an object")
     return problems
 
 

@@ -111,7 +111,8 @@ def _write_run_json(ctx: StageContext, suite: Suite, gpu_seconds: float, **extra
     prev = _copy_previous(ctx.options, ctx.dir)
     rate = cost_per_hour(ctx.options)
     write_json(ctx.dir / "run.json", {
-        "schema": 1, "suite": suite.name, "shapes": [s.shape.key for s in suite.shapes],
+        "schema": 1, "suite": suite.name, "canonical": suite.canonical.key, "primary_mode": suite.primary_mode,
+        "shapes": [s.shape.key for s in suite.shapes],
         "options": {k: v for k, v in ctx.options.items() if isinstance(v, (str, int, float, bool, list, type(None)))},
         **extra, "gpu_seconds": gpu_seconds, "cost_per_hour": rate,
         "cost_usd": None if rate is None else gpu_seconds / 3600 * rate, **prev, **_baseline_commit(ctx.options)})
@@ -356,18 +357,29 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
 def required_files(stage_dir: Path) -> tuple[str, ...]:
     """The raw files `verify` requires of a bench stage that decided (REQUIRED_FILES, in every shard's folder
     when the benchmark was sharded over GPUs), and the plots its rows give (unless run.json records that
-    plotting failed): no file of the stage can go missing unnoticed."""
-    figures = _expected_plots(stage_dir)
+    plotting failed) and the previous pack's summary when run.json names that pack: no file of the stage can
+    go missing unnoticed."""
+    whole = _expected_plots(stage_dir) + _previous_file(stage_dir)  # of the whole stage folder
     each = REQUIRED_FILES + _limits_file(stage_dir.parent)  # what every single-GPU run (or shard) writes
     if not shards.is_sharded(stage_dir):
-        return each + figures + ab_stage.required_files(stage_dir)
+        return each + whole + ab_stage.required_files(stage_dir)
     top = ("bench.log", "run.json", "summary.json*", "binary.json", shards.SHARDS_FILE, "procs.json")
     try:
         folders = shards.shard_dirs(stage_dir)
     except (OSError, ValueError, KeyError, TypeError):
-        return top + figures  # an unreadable shards.json: derive names it
-    return top + figures + tuple(f"{d.name}/{f}" for d in folders
-                                 for f in each + _expected_plots(d) + ab_stage.required_files(d))
+        return top + whole  # an unreadable shards.json: derive names it
+    return top + whole + tuple(f"{d.name}/{f}" for d in folders
+                               for f in each + _expected_plots(d) + ab_stage.required_files(d))
+
+
+def _previous_file(stage_dir: Path) -> tuple[str, ...]:
+    """previous_summary.json in a stored form when run.json names the previous pack it was copied from (the
+    run writes the two together): without it the comparison with that pack, and its regressions, are gone."""
+    try:
+        named = read_json(stage_dir / "run.json").get("previous_pack_id")
+    except (OSError, ValueError, AttributeError):
+        return ()  # an unreadable run.json is named by the derivation
+    return (f"{sm.PREVIOUS_FILE}*",) if named else ()
 
 
 def _limits_file(pack_dir: Path) -> tuple[str, ...]:
@@ -430,6 +442,9 @@ def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
             return StageOutcome(ERROR, f"summary.json: unknown schema {schema!r}")
         physics = physics_of(run_info.get("device"), highest_sm_mhz(clk)) if schema >= 2 else None
         meta = {k: written[k] for k in META_KEYS}
+        problem = bench_outcome.meta_problem(written, run_info)
+        if problem:
+            return StageOutcome(ERROR, problem)
         records = sm.records_of(written)
         recomputed = sm.build_summary(meta, records, samples, rates(ceil), schema=schema, physics=physics)
     except (ValueError, KeyError, TypeError, AttributeError, json.JSONDecodeError, OSError) as exc:
@@ -443,7 +458,7 @@ def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     if newer:  # files only a newer writer makes: the summary was written as an older schema than the run's
         return StageOutcome(ERROR, f"summary.json is schema {schema} but the folder holds {newer[0]} (schema "
                                    f"{sm.SCHEMA})")
-    diffs = sm.differences(written, recomputed)
+    diffs = sm.key_problems(records) + sm.differences(written, recomputed)
     orphans = sorted(set(samples) - {r["key"] for r in records})
     diffs += [f"{k}: samples without a row" for k in orphans]
     if diffs:

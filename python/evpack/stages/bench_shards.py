@@ -143,6 +143,9 @@ def derive(stage_dir: Path, pack_dir: Path, derive_single) -> StageOutcome:
         outcomes.append(out)
         rows += sm.read_summary(d)["rows"]
     meta = {k: written[k] for k in bench_outcome.META_KEYS}
+    problem = bench_outcome.meta_problem(written, run_info)
+    if problem:
+        return StageOutcome(ERROR, problem)
     merged = sm.summary_from_rows(meta, rows)
     diffs = sm.differences(written, merged)
     if diffs:

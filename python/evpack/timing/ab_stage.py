@@ -29,7 +29,7 @@ from ..jsonio import COMPACT_FROM_BYTES, json_text, read_member_json
 from ..packfs import stored_forms, write_stored
 from . import ab
 from .shards import shard_dirs
-from .summary import read_samples, samples_file
+from .summary import key_problems, read_samples, samples_file
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,10 @@ def derive(stage_dir: Path, head_rows: list[dict], head_samples: dict, expected_
     orphans = sorted(set(base_samples) - {r["key"] for r in base_records})
     confirmed = set(recomputed.get("confirm_keys") or [])
     stray = sorted(k for k in confirm_samples if (ab.head_key(k) if k.startswith(ab.BASE + "|") else k) not in confirmed)
-    diffs = ab.differences(written, recomputed) + [f"{k}: base samples without a row" for k in orphans]
+    diffs = key_problems([*base_records, *recomputed.get("confirm_records", [])]) + ab.differences(written, recomputed)
+    diffs += [f"{k}: base samples without a row" for k in orphans]
+    if meta["status"] != "pass" and base_samples:  # the writer times no base row when the A/B errs
+        diffs.append(f"status {meta['status']} but {ab.BASE_SAMPLES} holds {len(base_samples)} timed rows of the base")
     diffs += [f"{k}: confirmation samples of a row that was no candidate" for k in stray]
     if diffs:
         return None, f"{ab.AB_FILE} disagrees with the samples in {len(diffs)} places (first: {diffs[0]})"

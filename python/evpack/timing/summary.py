@@ -194,6 +194,9 @@ def differences(written: dict, recomputed: dict) -> list[str]:
     for k in ("leaderboard", "canonical_speedup", "canonical_best"):
         if not same_value(written.get(k), recomputed.get(k)):
             diffs.append(k)
+    if "canonical_speedup_vs" in written and not same_value(written["canonical_speedup_vs"],
+                                                            recomputed.get("canonical_speedup_vs")):
+        diffs.append("canonical_speedup_vs")  # the report's "x flash, y cudnn": absent from the oldest packs
     return diffs
 
 
@@ -266,20 +269,36 @@ def _sample_fields(lines: list[str], columns: list[str]):
     """(key, sample, time_us) per data line. The file as written (SAMPLE_COLUMNS in order, sample and
     time_us last) takes a split from the right; any other layout goes through the csv module."""
     if tuple(columns) == SAMPLE_COLUMNS and SAMPLE_COLUMNS[-2:] == ("sample", "time_us"):
+        keys: dict[str, str] = {}  # each distinct head (key, impl, ..., mode) parsed once
         for line in lines:
             head, sample, t = line.rsplit(",", 2)
-            if head.startswith('"'):
-                end = head.index('"', 1)
-                if head[end + 1:end + 2] not in (",", ""):
-                    raise ValueError(f"malformed key field in {line[:80]!r}")
-                key = head[1:end]
-            else:
-                key = head.split(",", 1)[0]
+            key = keys.get(head)
+            if key is None:
+                fields = next(csv.reader([head]))
+                if len(fields) != 6:
+                    raise ValueError(f"a sample line has {len(fields) + 2} fields, not 8: {line[:120]!r}")
+                key = keys[head] = _key_of(fields, range(6), line)
             yield key, int(sample), float(t)
         return
-    i_key, i_sample, i_time = columns.index("key"), columns.index("sample"), columns.index("time_us")
+    i_sample, i_time = columns.index("sample"), columns.index("time_us")
+    at = [columns.index(c) for c in SAMPLE_COLUMNS[:6]]
     for r in csv.reader(lines):
-        yield r[i_key], int(r[i_sample]), float(r[i_time])
+        yield _key_of(r, at, r), int(r[i_sample]), float(r[i_time])
+
+
+def _key_of(fields: list[str], at, line) -> str:
+    """The key of a sample line whose impl, variant, config, shape and mode columns are the ones its key names
+    (a sample is never counted for another row than the one its own line says it measured)."""
+    key, *named = (fields[i] for i in at)
+    if key != row_key(*named):
+        raise ValueError(f"a sample line's key is not its impl|variant|config|shape|mode: {str(line)[:120]!r}")
+    return key
+
+
+def key_problems(records: list[dict]) -> list[str]:
+    """Rows whose key is not row_key(impl, variant, config, shape, mode): samples are joined to rows by key."""
+    return [f"{r.get('key')}: the key does not name the row's impl, variant, config, shape and mode"
+            for r in records if r.get("key") != row_key(*(str(r.get(c)) for c in SAMPLE_COLUMNS[1:6]))]
 
 
 def read_samples(path: Path) -> dict[str, list[float]]:

@@ -1,0 +1,176 @@
+"""Claims of an unsigned pack against its own files: a forger edits a reference pack, re-writes every stored claim
+as the edited files give it (tests/forger.py), re-indexes it and drops the signature. `verify` without signature
+options must still see that a claim is not what the raw files say. Each test was an attack that verified before
+the check it names (the signature check refuses them all: index.json is signed).
+"""
+from __future__ import annotations
+
+import json
+import lzma
+
+import pytest
+import reference
+from conftest import copy_pack, run_cli
+from forger import forge
+
+from evpack import packfs
+from evpack.jsonio import read_member_json
+from evpack.model import ERROR
+from evpack.packfs import write_stored
+from evpack.timing import ab, ab_stage
+from evpack.timing import summary as sm
+from evpack.verify import verify_all
+
+CANONICAL = "B=16,H=16,S=512,D=64,dtype=fp16,causal=0"
+
+
+def _problems(pack) -> list[str]:
+    problems, _ = verify_all(pack)
+    return problems
+
+
+def _bench_refuses(pack, needle: str) -> None:
+    """The bench stage derives an error naming the edit: a pack that claims it passed does not verify, and one
+    whose claims were re-derived says evidence:failed (the forger gains nothing either way)."""
+    from evpack.stages import bench
+
+    out = bench.derive(pack / "bench", pack)
+    assert out.status == ERROR and needle in out.reason, (out.status, out.reason)
+    problems = _problems(pack)
+    label = json.loads((pack / "pack.json").read_text())["label"]
+    assert problems or label == "evidence:failed", (problems, label)
+
+
+def _summary(pack) -> dict:
+    return json.loads(lzma.decompress((pack / "bench" / "summary.json.xz").read_bytes()))
+
+
+def _write_summary(pack, data: dict) -> None:
+    write_stored(pack / "bench" / "summary.json.xz", (json.dumps(data) + "\n").encode())
+
+
+@pytest.fixture
+def quick(tmp_path):
+    pack = copy_pack(reference.DEFAULT, tmp_path)
+    assert _problems(pack) == []
+    return pack
+
+
+@reference.needs("DEFAULT")
+def test_the_forger_alone_leaves_a_verifying_pack(quick):
+    """The control: re-deriving, re-indexing and unsigning an unedited pack verifies (unsigned), so each test
+    below fails on its edit, not on the forgery's mechanics."""
+    forge(quick, claims=True)
+    assert _problems(quick) == []
+
+
+@reference.needs("DEFAULT")
+def test_speedups_against_other_backends_are_derived(quick):
+    """Before: summary.json's canonical_speedup_vs (the report's '4.20x flash, 3.50x cudnn') was never compared."""
+    data = _summary(quick)
+    assert data["canonical_speedup_vs"]["cudnn"] < 1.0
+    data["canonical_speedup_vs"] = dict(data["canonical_speedup_vs"], cudnn=3.5, flash=4.2)
+    _write_summary(quick, data)
+    forge(quick)
+    _bench_refuses(quick, "canonical_speedup_vs")
+    assert _problems(quick)
+
+
+@reference.needs("DEFAULT")
+def test_a_row_cannot_take_another_rows_samples_by_its_key(quick):
+    """Before: swapping the keys of our canonical row and SDPA default's gave our kernel SDPA's samples (the
+    samples are joined to rows by key), and the pack verified as 1.04x SDPA default (measured 0.96x)."""
+    data = _summary(quick)
+    at = [r for r in data["rows"] if r["shape"] == CANONICAL and r["mode"] == data["primary_mode"]]
+    ours = next(r for r in at if r["impl"] == "evpack" and r["status"] == "ok")
+    sdpa = next(r for r in at if r["impl"] == "sdpa" and r["variant"] == "default")
+    ours["key"], sdpa["key"] = sdpa["key"], ours["key"]
+    _write_summary(quick, data)
+    forge(quick, claims=True)
+    _bench_refuses(quick, "the key does not name the row's impl")
+
+
+@reference.needs("DEFAULT")
+def test_a_sample_line_counts_for_the_row_its_columns_name():
+    """The samples file's own columns (impl .. mode) must be the ones its key names: a line re-keyed to another
+    row is refused when read."""
+    path = sm.samples_file(reference.DEFAULT / "bench")
+    lines = packfs.read_stored(path, packfs.MAX_INFLATED_BYTES).decode().splitlines()
+    first = lines[1]
+    key = first.split('"')[1] if first.startswith('"') else first.split(",", 1)[0]
+    other = "sdpa|default||" + key.split("|", 3)[3]
+    forged = "\n".join([lines[0], first.replace(key, other, 1), *lines[2:5]]) + "\n"
+    with pytest.raises(ValueError, match="key is not its impl"):
+        list(sm._sample_fields(forged.splitlines()[1:], list(sm.SAMPLE_COLUMNS)))
+    assert next(sm._sample_fields([first], list(sm.SAMPLE_COLUMNS)))[0] == key
+
+
+@reference.needs("DEFAULT")
+def test_the_headline_is_taken_at_the_suites_canonical_shape(quick):
+    """Before: moving summary.json's canonical shape to where our kernel looks best (1.12x instead of 0.96x) and
+    re-deriving the leaderboard verified."""
+    data = _summary(quick)
+    assert data["suite"] == "quick" and data["canonical"] == CANONICAL
+    moved = sm.summary_from_rows({"suite": "quick", "canonical": "B=4,H=16,S=512,D=64,dtype=fp16,causal=1",
+                                  "primary_mode": data["primary_mode"]}, data["rows"], schema=data["schema"])
+    assert moved["canonical_speedup"] > data["canonical_speedup"]
+    _write_summary(quick, moved)
+    forge(quick, claims=True)
+    _bench_refuses(quick, "canonical shape and primary mode")
+
+
+@reference.needs("COMPAT")
+def test_the_previous_packs_summary_cannot_be_deleted(tmp_path):
+    """Before: with previous_summary.json deleted (and the outcome's comparison emptied) the comparison with the
+    previous pack, and any regression it found, was gone; run.json still named that pack."""
+    pack = copy_pack(reference.COMPAT, tmp_path)
+    bench = pack / "bench"
+    assert json.loads((bench / "run.json").read_text()).get("previous_pack_id")
+    (bench / "previous_summary.json").unlink()
+    forge(pack, claims=True)
+    assert any("previous_summary.json" in p for p in _problems(pack))
+
+
+@reference.needs("DEFAULT")
+def test_the_content_digest_is_the_one_the_files_give(quick):
+    """Before: a forged content_digest (and zero_delta 'same as pack X') verified; only the two stored digests
+    were compared with each other."""
+    pj = json.loads((quick / "pack.json").read_text())
+    pj["zero_delta"] = {"previous_pack": "20261124T193258Z-1c68af8b650c", "previous_digest": "ab" * 32, "same": True}
+    pj["content_digest"] = "ab" * 32
+    (quick / "pack.json").write_text(json.dumps(pj, indent=2) + "\n")
+    forge(quick)
+    assert any(p.startswith("content_digest: pack.json says") for p in _problems(quick))
+
+
+@reference.needs("FULL")
+def test_an_ab_cannot_be_relabelled_an_error_while_its_base_was_timed(tmp_path):
+    """Before: re-writing ab.json as status error (no rows, so no SLOWER verdict) verified, with the base's
+    binary record and timed samples still in the pack."""
+    pack = copy_pack(reference.FULL, tmp_path)
+    bench = pack / "bench"
+    written = read_member_json(bench, ab.AB_FILE)
+    meta = dict({k: written[k] for k in ab_stage.META_KEYS}, status="error", reason="base extension did not load")
+    relabelled = ab.build_ab(meta, [], {}, written["base_records"], {}, ab.RULES[written.get("rule_version", 1)])
+    relabelled["confirm_records"] = written.get("confirm_records", [])
+    for p in bench.glob("ab.json*"):
+        p.unlink()
+    ab_stage.write_ab(bench, relabelled)
+    forge(pack, claims=True)
+    _bench_refuses(pack, "timed rows of the base")
+
+
+@reference.needs("DEFAULT")
+@pytest.mark.parametrize("field,value", [("warnings", 5), ("warnings", [3]), ("zero_delta", [1]),
+                                         ("signing", "yes")])
+def test_pack_record_fields_the_reports_read_have_their_types(quick, field, value):
+    """Before: these verified, and `report` then failed with an internal error (a list iterated, .get called on
+    a string); `signing: "yes"` verified as a pack that claims a signature and has none."""
+    pj = json.loads((quick / "pack.json").read_text())
+    pj[field] = value
+    (quick / "pack.json").write_text(json.dumps(pj, indent=2) + "\n")
+    forge(quick)
+    assert any(p.startswith(f"pack.json {field}:") for p in _problems(quick))
+    proc = run_cli("report", str(quick))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "internal error" not in out and "Traceback" not in out, out[-800:]
