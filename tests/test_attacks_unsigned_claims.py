@@ -174,3 +174,33 @@ def test_pack_record_fields_the_reports_read_have_their_types(quick, field, valu
     proc = run_cli("report", str(quick))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "internal error" not in out and "Traceback" not in out, out[-800:]
+
+
+@pytest.mark.parametrize("suite,run_info,problem", [
+    ("quick", {"suite": "quick"}, ""),
+    ("full", {"suite": "full"}, ""),
+    ("my-suite", {"suite": "my-suite"}, ""),  # a user's suite in an older pack: nothing recorded to hold it to
+    ("quick", {"suite": "quick", "canonical": CANONICAL, "primary_mode": "cold"}, ""),
+    ("quick", {"suite": "full"}, "is not run.json's 'full'"),
+    ("quick", {"suite": "quick", "canonical": CANONICAL, "primary_mode": "warm"}, "are not run.json's"),
+    ("my-suite", {"suite": "my-suite", "canonical": "B=1,H=1,S=64,D=64,dtype=fp16,causal=0", "primary_mode": "cold"},
+     "are not run.json's"),
+])
+def test_the_summarys_headline_fields_are_the_runs(suite, run_info, problem):
+    from evpack.stages.bench_outcome import meta_problem
+
+    found = meta_problem({"suite": suite, "canonical": CANONICAL, "primary_mode": "cold"}, run_info)
+    assert (problem in found) if problem else found == "", found
+
+
+def test_run_json_records_the_suites_headline_fields(tmp_path):
+    """Packs written from now on hold the canonical shape and primary mode in run.json (what meta_problem checks)."""
+    from evpack.stages import bench
+    from evpack.stages.base import StageContext
+    from evpack.timing.suites import load_suite
+
+    suite = load_suite("quick", reference.REPO)
+    ctx = StageContext(pack_dir=tmp_path, dir=tmp_path, repo=reference.REPO, options={"suite": "quick"})
+    bench._write_run_json(ctx, suite, 1.0)
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert (run["suite"], run["canonical"], run["primary_mode"]) == ("quick", CANONICAL, "cold")
