@@ -1,11 +1,6 @@
-"""bench/summary.json and bench/ab.json as typed, read-only views: what the readers (the reports, the
-decision, `compare`) see of a benchmark.
-
-The writers (timing/summary.py, timing/ab.py) make the JSON and derive() compares it as written; these
-views never write. A view keeps every value as the file holds it (a reader checks a value's type where it
-formats it: a pack's values are untrusted until verify has run), gives None for a field the file does not
-hold, and keeps the whole object in `raw` for the fields it does not name. A view of something that is not
-an object is a view of an empty one, so a corrupted pack renders as "-" cells rather than a traceback.
+"""bench/summary.json, bench/ab.json, the bench run.json and clocks.json as typed, read-only views
+(records/view.py): what the readers (the reports, the decision, `compare`) see of a benchmark. The writers
+(timing/summary.py, timing/ab.py) make the JSON and derive() compares it as written; these views never write.
 """
 from __future__ import annotations
 
@@ -13,25 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-
-def _obj(value: Any) -> Mapping:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _objects(value: Any) -> list[Mapping]:
-    """The objects of a JSON list (anything else in it, or a value that is no list: left out)."""
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
-def view(cls, value: Any):
-    """cls's fields from a JSON object (None where absent) and the object itself as `raw`."""
-    obj = _obj(value)
-    return cls(**{f.name: obj.get(f.name) for f in fields(cls) if f.name != "raw"}, raw=obj)
-
-
-def number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
+from .view import number, view
+from .view import obj as _obj
+from .view import objects as _objects
 
 # --- bench/summary.json ------------------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..markdown import code, short, table, text
-from ..records.bench import AbRecord, AbRow, AbSide, number
+from ..records.bench import AbRecord, AbRow, AbSide
+from ..records.view import number
 from ..timing import ab as ab_mod
 from .blocks import Block, Details, Md
 from .decision import base_name

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..markdown import code, short, text
-from ..records.bench import AbRecord, AbRow, number
+from ..records.bench import AbRecord, AbRow
+from ..records.view import number
 from ..stages.base import ERROR, SKIPPED
 from ..timing import ab as ab_mod
 from .common import PackView

@@ -24,6 +24,7 @@ from .. import registry
 from ..markdown import code, text  # report_md: every pack value escaped
 from ..parsers import occupancy, ptxas, symbols
 from ..records.canary import canary_records
+from ..records.ptxas import PtxasRow, rows_of
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, worst, write_json
 from .kernel_rows import (
     load_built_kernels,
@@ -168,7 +169,7 @@ def evaluate(pack_dir: Path) -> tuple[StageOutcome, list[dict]]:
     failures: list[str] = []
     if built is not None:
         failures += [f"build/kernels.json names a kernel outside the registry: {u}" for u in unknown_built(built)]
-        have = {((r["variant"], r["config"], r["dtype"], r["head_dim"]), r["arch"]) for r in rows if r["variant"]}
+        have = {(r.kernel, r.arch) for r in rows_of(rows) if r.variant}
         for key, k in built.items():
             var = registry_variant(key[0])
             # the archs of its extension's logs (logs that name no extension: the archs of those)
@@ -190,15 +191,10 @@ def evaluate(pack_dir: Path) -> tuple[StageOutcome, list[dict]]:
     return StageOutcome(status, outcome_reason(status, main, problems + failures, archs), data), rows + off_target
 
 
-def _short(r: dict) -> str:
-    name = f"{r['variant']}/{r['config']}/{r['dtype']}/d{r['head_dim']}" if r["variant"] else r["symbol"]
-    return f"{name} on {r['arch']}"
-
-
 def outcome_reason(status: str, main: list[dict], problems: list[str], archs: list[str]) -> str:
     if status == PASS:
         return f"{len(main)} kernel x arch rows on {', '.join(archs)}: every gate passed"
-    bad = [f"{_short(r)}: {r['reason']}" for r in main if r["status"] in (FAIL, ERROR)]
+    bad = [f"{r.short}: {r.reason}" for r in rows_of(main) if r.status in (FAIL, ERROR)]
     items = problems + bad if status == ERROR else bad + problems
     return f"{len(items)} problem(s); first: {items[0]}" if items else status
 
@@ -217,27 +213,27 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     return evaluate(pack_dir)[0]
 
 
-def _kernel_label(r: dict) -> str:
-    if not r["variant"]:
-        return f"{code(r['symbol'], in_table=True)} (unknown)"
-    return text(f"{r['variant']} {r['config']} {r['dtype']} d{r['head_dim']}")
+def _kernel_label(r: PtxasRow) -> str:
+    if not r.variant:
+        return f"{code(r.symbol, in_table=True)} (unknown)"
+    return text(f"{r.variant} {r.config} {r.dtype} d{r.head_dim}")
 
 
-def _table(rows: list[dict]) -> list[str]:
+def _table(stored: list) -> list[str]:
     out = ["| arch | kernel | regs | smem static+dyn / limit (B) | stack (B) | spill st/ld (B) | budget spill/stack |"
            " blocks/SM (warps, limiter) | status |",
            "|---|---|---:|---|---:|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["arch"], _kernel_label(r))):
-        smem = text(f"{r['static_smem_bytes']}+{r['dynamic_smem_bytes']} / {r['smem_limit_bytes']}"
-                    if r["smem_limit_bytes"] is not None else f"{r['static_smem_bytes']}+? / ?")
-        budget = (text(f"{r['budget_spill_bytes']}/{r['budget_stack_bytes']}") if r["budget_spill_bytes"] is not None
+    for r in sorted(rows_of(stored), key=lambda r: (str(r.arch), _kernel_label(r))):
+        smem = text(f"{r.static_smem_bytes}+{r.dynamic_smem_bytes} / {r.smem_limit_bytes}"
+                    if r.smem_limit_bytes is not None else f"{r.static_smem_bytes}+? / ?")
+        budget = (text(f"{r.budget_spill_bytes}/{r.budget_stack_bytes}") if r.budget_spill_bytes is not None
                   else "-")
-        occ = (text(f"{r['occ_blocks_per_sm']} ({r['occ_warps_per_sm']} warps, {r['occ_limiter']})")
-               if r["occ_blocks_per_sm"] is not None else "-")
-        spill = text(f"{r['spill_store_bytes']}/{r['spill_load_bytes']}")
-        status = text(r["status"] if not r["reason"] else f"{r['status']}: {r['reason']}")
-        out.append(f"| {text(r['arch'])} | {_kernel_label(r)} | {text(r['registers'])} | {smem} | "
-                   f"{text(r['stack_bytes'])} | {spill} | {budget} | {occ} | {status} |")
+        occ = (text(f"{r.occ_blocks_per_sm} ({r.occ_warps_per_sm} warps, {r.occ_limiter})")
+               if r.occ_blocks_per_sm is not None else "-")
+        spill = text(f"{r.spill_store_bytes}/{r.spill_load_bytes}")
+        status = text(r.status if not r.reason else f"{r.status}: {r.reason}")
+        out.append(f"| {text(r.arch)} | {_kernel_label(r)} | {text(r.registers)} | {smem} | "
+                   f"{text(r.stack_bytes)} | {spill} | {budget} | {occ} | {status} |")
     return out
 
 
@@ -263,10 +259,11 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
         lines += [f"- {code(obj)} {text(a['arch'])}: {'**voids the design**' if a['voids_design'] else 'note'}: "
                   f"{code(a['line'])}"
                   for obj, a in advisories] + [""]
-    if d.get("off_target"):
-        lines += [f"{len(d['off_target'])} row(s) of variants on archs outside their registry `archs` (stubs "
+    off_target = rows_of(d.get("off_target"))
+    if off_target:
+        lines += [f"{len(off_target)} row(s) of variants on archs outside their registry `archs` (stubs "
                   "compiled with the rest of the extension) decide nothing: "
-                  + text(", ".join(sorted({_short(r) for r in d["off_target"]}))), ""]
+                  + text(", ".join(sorted({r.short for r in off_target}))), ""]
     if d.get("canaries"):
         lines.append("Canary kernels (their gates are read by the canary matrix, not this stage's status):")
         lines.append("")

@@ -32,6 +32,7 @@ from ..markdown import code, fence, short, text  # report_md: every pack value e
 from ..packfs import plain_name, read_stored, write_stored
 from ..parsers import sass, symbols
 from ..records.canary import canary_records
+from ..records.sass import SassRow, rows_of
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
 from .kernel_rows import (
     load_built_kernels,
@@ -301,11 +302,10 @@ def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict],
         problems.append(built_problem)
     else:
         failures += [f"build/kernels.json names a kernel outside the registry: {u}" for u in unknown_built(built)]
-        have = {(r["module"], (r["variant"], r["config"], r["dtype"], r["head_dim"]), r["arch"])
-                for r in rows if r["variant"]}
+        have = {(r.module, r.kernel, r.arch) for r in rows_of(rows) if r.variant}
         mod_archs: dict[str, set] = {}
-        for r in rows + off_target:
-            mod_archs.setdefault(r["module"], set()).add(r["arch"])
+        for r in rows_of(rows + off_target):
+            mod_archs.setdefault(r.module, set()).add(r.arch)
         dumped = {i["module"] for i in bins if i["sha256"]}
         for key, k in built.items():
             module = k.get("module", "evpack._C")
@@ -329,7 +329,7 @@ def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict],
                 summary=summary_counts(main), problems=failures + problems, kernels=main, canaries=canaries)
     if off_target:
         data["off_target"] = off_target
-    return StageOutcome(status, _reason(status, main, failures, problems, archs), data), rows + off_target, hists
+    return StageOutcome(status, _reason(status, rows_of(main), failures, problems, archs), data), rows + off_target, hists
 
 
 def _arch_num(arch: str) -> int:
@@ -337,19 +337,14 @@ def _arch_num(arch: str) -> int:
     return int(digits) if digits else 0
 
 
-def _short(r: dict) -> str:
-    name = f"{r['variant']}/{r['config']}/{r['dtype']}/d{r['head_dim']}" if r["variant"] else r["symbol"]
-    return f"{name} on {r['arch']}"
-
-
-def _reason(status: str, main: list[dict], failures: list[str], problems: list[str], archs: list[str]) -> str:
+def _reason(status: str, main: list[SassRow], failures: list[str], problems: list[str], archs: list[str]) -> str:
     if status == PASS:
-        t = sum(1 for r in main if r["kind"] == "tensor")
-        hg = sum(1 for r in main if r["kind"] == "tensor" and r["hgmma"])
+        t = sum(1 for r in main if r.kind == "tensor")
+        hg = sum(1 for r in main if r.kind == "tensor" and r.hgmma)
         with_hgmma = f" ({hg} with HGMMA)" if hg else ""
         return (f"{len(main)} kernel x arch rows on {', '.join(archs)}: {t} tensor rows with HMMA/HGMMA{with_hgmma} "
                 f"accumulating in F32 and no LDL/STL, {len(main) - t} scalar rows with no tensor-core math")
-    bad = [f"{_short(r)}: {r['reason']}" for r in main if r["status"] in (FAIL, ERROR)]
+    bad = [f"{r.short}: {r.reason}" for r in main if r.status in (FAIL, ERROR)]
     items = problems + failures + bad if status == ERROR else failures + bad + problems
     return f"{len(items)} problem(s); first: {items[0]}" if items else status
 
@@ -360,26 +355,26 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
 
 # ---- report ----------------------------------------------------------------------------
 
-def _label(r: dict) -> str:
-    return (text(f"{r['variant']} {r['config']} {r['dtype']} d{r['head_dim']}") if r["variant"]
-            else code(r["symbol"], in_table=True))
+def _label(r: SassRow) -> str:
+    return (text(f"{r.variant} {r.config} {r.dtype} d{r.head_dim}") if r.variant
+            else code(r.symbol, in_table=True))
 
 
-def _opcode_table(rows: list[dict], arch: str) -> list[str]:
+def _opcode_table(rows: list[SassRow], arch: str) -> list[str]:
     lines = ["| kernel | kind | instr | HMMA | HGMMA | HFMA2.MMA | FFMA | MUFU | LDSM | LDGSTS | LDL/STL | status |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
-    for r in sorted((r for r in rows if r["arch"] == arch), key=lambda r: (bool(r["canary"]), _label(r))):
-        status = text(r["status"] if not r["reason"] else f"{r['status']}: {r['reason']}")
-        kind = text((r["kind"] or "?") + (" (canary)" if r["canary"] else ""))
-        counts = [text(r[k]) for k in ("instructions", "hmma", "hgmma", "hfma2_mma", "ffma", "mufu", "ldsm", "ldgsts")]
-        local = text(f"{r['ldl']}/{r['stl']}")
+    for r in sorted((r for r in rows if r.arch == arch), key=lambda r: (bool(r.canary), _label(r))):
+        status = text(r.status if not r.reason else f"{r.status}: {r.reason}")
+        kind = text((r.kind or "?") + (" (canary)" if r.canary else ""))
+        counts = [text(n) for n in (r.instructions, r.hmma, r.hgmma, r.hfma2_mma, r.ffma, r.mufu, r.ldsm, r.ldgsts)]
+        local = text(f"{r.ldl}/{r.stl}")
         lines.append(f"| {_label(r)} | {kind} | {' | '.join(counts)} | {local} | {status} |")
     return lines
 
 
-def _first_lines(rows: list[dict], arch: str) -> list[str]:
+def _first_lines(rows: list[SassRow], arch: str) -> list[str]:
     """The first tensor-core instructions of each tensor kernel on `arch`, collapsed in one <details>."""
-    tensor_rows = sorted((r for r in rows if r["arch"] == arch and r["kind"] == "tensor"), key=_label)
+    tensor_rows = sorted((r for r in rows if r.arch == arch and r.kind == "tensor"), key=_label)
     if not tensor_rows:
         return []
     # the summary is plain text (the report escapes it); the rest is Markdown
@@ -387,7 +382,7 @@ def _first_lines(rows: list[dict], arch: str) -> list[str]:
              f"({short(arch, 40)})</summary>", ""]
     for r in tensor_rows:
         lines.append(f"First tensor-core instructions of {_label(r)} ({text(arch)}):")
-        lines += fence([f"/*{q['address']}*/ {q['text']}" for q in r["first_tensor_lines"]] or ["(none)"])
+        lines += fence([f"/*{address}*/ {line}" for address, line in r.first_lines()] or ["(none)"])
     return lines + ["", "</details>"]
 
 
@@ -402,22 +397,23 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
         lines.append(f"- **problem:** {text(p)}")
     lines.append("")
     arch = d.get("report_arch")
-    rows = d.get("kernels", []) + [r for c in canary_records(d) for r in c.kernels or []]
+    rows = rows_of(d.get("kernels", [])) + rows_of([r for c in canary_records(d) for r in c.kernels or []])
     if arch:
         lines += [f"Opcode counts on {text(arch)} (exact mnemonics; HFMA2.MMA is CUDA-core code, not tensor math). "
                   "Other archs: `sass/table.csv`.", ""]
         lines += _opcode_table(rows, arch) + [""] + _first_lines(rows, arch)
         # arch-specific targets (sm_90a) hold the Hopper-only variants: their counts are shown too
-        extra = sorted(a for a in {r["arch"] for r in rows} if a != arch and a in sass.ARCH_SPECIFIC_PROOF)
+        extra = sorted(a for a in {r.arch for r in rows} if a != arch and a in sass.ARCH_SPECIFIC_PROOF)
         for a in extra:
             lines += ["", f"Opcode counts on {text(a)} (variants built for arch-specific targets need "
                           f"{'/'.join(sass.ARCH_SPECIFIC_PROOF[a])} here):", ""]
             lines += _opcode_table(rows, a) + [""] + _first_lines(rows, a)
-        others = sorted({r["arch"] for r in rows} - {arch} - set(extra))
+        others = sorted({r.arch for r in rows} - {arch} - set(extra), key=str)
         for a in others:
-            rs = [r for r in rows if r["arch"] == a and not r["canary"]]
-            lines.append(f"- {text(a)}: {sum(r['status'] == PASS for r in rs)}/{len(rs)} kernel rows pass")
-    if d.get("off_target"):
-        lines.append(f"- {len(d['off_target'])} row(s) of variants on archs outside their registry `archs` (stubs) "
-                     "decide nothing: " + text(", ".join(sorted({_short(r) for r in d["off_target"]}))))
+            rs = [r for r in rows if r.arch == a and not r.canary]
+            lines.append(f"- {text(a)}: {sum(r.status == PASS for r in rs)}/{len(rs)} kernel rows pass")
+    off_target = rows_of(d.get("off_target"))
+    if off_target:
+        lines.append(f"- {len(off_target)} row(s) of variants on archs outside their registry `archs` (stubs) "
+                     "decide nothing: " + text(", ".join(sorted({r.short for r in off_target}))))
     return "\n".join(lines)

@@ -1,13 +1,16 @@
-"""records/bench.py: the typed views of summary.json and ab.json hold the values as the file holds them, and a
-corrupted file gives a view of empty fields rather than a traceback."""
+"""records/: the typed views of summary.json, ab.json and the SASS and PTXAS kernel rows hold the values as the
+file holds them, and a corrupted file gives a view of empty fields rather than a traceback."""
 from __future__ import annotations
 
+import json
 from dataclasses import fields
 
 import pytest
 import reference
 
 from evpack.records.bench import AbRecord, AbRow, BenchRow, BenchRun, BenchSummary, Clocks
+from evpack.records.ptxas import rows_of as ptxas_rows
+from evpack.records.sass import rows_of as sass_rows
 from evpack.timing import ab
 from evpack.timing.ab_stage import load as load_ab
 from evpack.timing.summary import read_summary
@@ -58,3 +61,37 @@ def test_a_view_of_a_corrupted_file_is_a_view_of_empty_fields(value):
     clocks = Clocks.from_json(value)
     assert clocks.before.sm_mhz is None and clocks.throttled is None
     assert AbRow.from_json(value).base.median_us is None
+
+
+@reference.needs("DEFAULT")
+@pytest.mark.parametrize("stage,rows_of", [("sass", sass_rows), ("ptxas", ptxas_rows)])
+def test_kernel_row_views_hold_every_value_as_written(stage, rows_of):
+    stored = json.loads((reference.DEFAULT / stage / "outcome.json").read_text())["data"]["kernels"]
+    views = rows_of(stored)
+    assert len(views) == len(stored) > 0
+    for row, raw in zip(views, stored, strict=True):
+        named = _named(row)
+        assert {k: v for k, v in named.items() if k in raw} == {k: raw[k] for k in named if k in raw}
+        assert row.kernel == (raw["variant"], raw["config"], raw["dtype"], raw["head_dim"])
+        assert row.short == f"{raw['variant']}/{raw['config']}/{raw['dtype']}/d{raw['head_dim']} on {raw['arch']}"
+
+
+def test_a_sass_view_names_every_table_opcode():
+    """The SASS row view has a field for each opcode the stage counts (parsers.sass.TABLE_OPCODES)."""
+    from dataclasses import fields as fields_of
+
+    from evpack.parsers.sass import TABLE_OPCODES
+    from evpack.records.sass import SassRow
+    from evpack.stages.sass import ROW_KEYS
+
+    assert set(ROW_KEYS) <= {f.name for f in fields_of(SassRow)}
+    assert {op.lower() for op in TABLE_OPCODES} <= {f.name for f in fields_of(SassRow)}
+
+
+@pytest.mark.parametrize("value", [None, 3, [None, "x", 7], [{"variant": None, "symbol": "_Z3foo", "arch": "sm_90"}]])
+def test_kernel_row_views_of_corrupted_data(value):
+    for rows_of in (sass_rows, ptxas_rows):
+        views = rows_of(value)
+        assert all(r.status is None for r in views)
+        assert [r.short for r in views] == (["_Z3foo on sm_90"] if isinstance(value, list) and value
+                                            and isinstance(value[0], dict) else [])
