@@ -143,6 +143,30 @@ def test_the_content_digest_is_the_one_the_files_give(quick):
     assert any(p.startswith("content_digest: pack.json says") for p in _problems(quick))
 
 
+def test_the_digest_check_holds_the_packs_own_outcomes_not_todays_derivation(tmp_path, monkeypatch):
+    """A field a newer derivation adds must not break an older pack: the digest verify checks is that of the
+    pack's outcome.json files, so a stage that derives one more data field still verifies a schema-3 pack."""
+    from evpack.stages import tensor_proof
+
+    pack = copy_pack(reference.DEFAULT, tmp_path)
+    derive = tensor_proof.derive
+
+    def grown(stage_dir, pack_dir):
+        out = derive(stage_dir, pack_dir)
+        return type(out)(out.status, out.reason, {**out.data, "a_field_added_later": 1})
+
+    monkeypatch.setattr(tensor_proof, "derive", grown)
+    from evpack.derivation import derive_all
+    from evpack.pack import stage_names_of
+    from evpack.records.migrations import read_pack
+
+    raw = json.loads((pack / "pack.json").read_text())
+    today = derive_all(pack, stage_names_of(read_pack(raw)), parallel=True)
+    assert today.stages["tensor_proof"].data["a_field_added_later"] == 1  # the stage did grow ...
+    assert today.digest != raw["content_digest"]  # ... so today's digest is not the one the pack holds
+    assert _problems(pack) == []
+
+
 @reference.needs("FULL")
 def test_an_ab_cannot_be_relabelled_an_error_while_its_base_was_timed(tmp_path):
     """Before: re-writing ab.json as status error (no rows, so no SLOWER verdict) verified, with the base's

@@ -141,10 +141,11 @@ def view_differences(stored: Any, derived: Any, path: str = "") -> list[str]:
     return differences(stored, derived, VIEW_RULES, path)
 
 
-def content_digest(stages: dict[str, StageOutcome], gates: dict[str, GateResult], label: str) -> str:
+def content_digest(stages: dict[str, StageOutcome], gates: dict, label: str,
+                   prose_keys: frozenset[str] = CURRENT.digest_prose_keys) -> str:
     """Digest of what the pack decided and measured (prose, timestamps and durations excluded):
-    zero-delta detection between two packs of one commit."""
-    body = {"stages": {k: _strip_times(decision_view(v.to_json(), CURRENT.digest_prose_keys))
+    zero-delta detection between two packs of one commit. `gates`: name -> anything with a status."""
+    body = {"stages": {k: _strip_times(decision_view(v.to_json(), prose_keys))
                        for k, v in stages.items()},
             "gates": {k: v.status for k, v in gates.items()}, "label": label}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .binary import sha256_file
-from .derivation import LOG_FILE, RUNNER_FILE, decision_view, derive_all, view_differences
+from .derivation import LOG_FILE, RUNNER_FILE, content_digest, decision_view, derive_all, view_differences
 from .incremental.chain import check_incremental
 from .jsonio import read_json
 from .model import FAIL, KNOWN_SCHEMAS, PASS, UNINDEXED_FILES, ModelError, StageOutcome
@@ -304,9 +304,10 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
         problems += [f"summary.{d}" for d in view_differences(pj.summary.canonical_speedup,
                                                                derived.facts.canonical_speedup, "canonical_speedup")]
     problems += record_type_problems(pj)
-    if sp.digest_derived and pj.content_digest != derived.digest:
-        problems.append(f"content_digest: pack.json says {shown(repr(pj.content_digest))} but the stages and gates "
-                        f"give {derived.digest}")
+    digest = stored_digest(pack_dir, pj, sp) if sp.digest_of_outcomes else None
+    if digest is not None and pj.content_digest != digest:
+        problems.append(f"content_digest: pack.json says {shown(repr(pj.content_digest))} but its outcomes, gates "
+                        f"and label give {digest}")
     zd = pj.zero_delta
     if isinstance(zd, ZeroDelta) and (zd.same if zd.same is not ABSENT else None) != (
             (zd.previous_digest if zd.previous_digest is not ABSENT else None) == pj.get("content_digest")):
@@ -324,6 +325,17 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
     problems += check_incremental(pack_dir, pj.to_json(), verify_source, carried_from=carried_from, depth=_depth)
     problems += timings_problems(pj.to_json())
     return problems
+
+
+def stored_digest(pack_dir: Path, pj: PackRecord, schema: SchemaSpec) -> str | None:
+    """The content digest of the pack's outcome.json files (each compared with its raw files above), pack.json's
+    gates and label, by the schema's rules; None when an outcome is unreadable (named by compare_stage)."""
+    try:
+        outcomes = {name: StageOutcome.from_json(read_json(pack_dir / name / "outcome.json"))
+                    for name in stage_names_of(pj)}
+    except (OSError, ValueError, ModelError):
+        return None
+    return content_digest(outcomes, pj.gates, pj.get("label"), schema.digest_prose_keys)
 
 
 def record_type_problems(pj: PackRecord) -> list[str]:

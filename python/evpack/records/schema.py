@@ -51,9 +51,11 @@ class SchemaSpec:
     digest_prose_keys: frozenset[str]  # keys the content digest leaves out
     empty_folders_refused: bool  # its writer removes empty folders: an empty one is a mismatch
     pack_fields: tuple[str, ...]  # pack.json's keys in the order its writer wrote them
-    # content_digest is the digest of the stages and gates as this code derives them (schema 3 on: older writers
-    # computed it over other views, so theirs is only checked against zero_delta)
-    digest_derived: bool = False
+    # content_digest is the digest (derivation.content_digest, this schema's digest prose keys) of the pack's own
+    # outcome.json files, gates and label (schema 3 on; older writers digested other views, so theirs is only
+    # checked against zero_delta). Never the digest of today's derivation: a field a newer derivation adds must
+    # not break an older pack.
+    digest_of_outcomes: bool = False
 
 
 _PACK_FIELDS_V1 = ("schema_version", "pack_id", "created_utc", "tool_version", "git", "toolchain", "python",
@@ -66,7 +68,8 @@ _PACK_FIELDS_V2 = ("schema_version", "pack_id", "created_utc", "tool_version", "
 SCHEMAS: dict[int, SchemaSpec] = {
     1: SchemaSpec(1, _GATES_V1, _CANARIES_V1, _ROOT_V1, _PROSE_V1, _DIGEST_PROSE_V1, False, _PACK_FIELDS_V1),
     2: SchemaSpec(2, _GATES_V1, _CANARIES_V2, _ROOT_V2, _PROSE_V1, _DIGEST_PROSE_V1, False, _PACK_FIELDS_V2),
-    3: SchemaSpec(3, _GATES_V1, _CANARIES_V3, _ROOT_V2, _PROSE_V1, _DIGEST_PROSE_V1, True, _PACK_FIELDS_V2, True),
+    3: SchemaSpec(3, _GATES_V1, _CANARIES_V3, _ROOT_V2, _PROSE_V1, _DIGEST_PROSE_V1, True, _PACK_FIELDS_V2,
+                  digest_of_outcomes=True),
 }
 CURRENT = SCHEMAS[SCHEMA_VERSION]
 
