@@ -228,3 +228,37 @@ def test_run_json_records_the_suites_headline_fields(tmp_path):
     bench._write_run_json(ctx, suite, 1.0)
     run = json.loads((tmp_path / "run.json").read_text())
     assert (run["suite"], run["canonical"], run["primary_mode"]) == ("quick", CANONICAL, "cold")
+
+
+@reference.needs("DEFAULT")
+def test_report_shows_what_the_files_give_not_what_outcome_json_leaves_out(quick, tmp_path):
+    """Before: a stored outcome could leave a field out (verify compares the fields both sides hold: a field of one
+    side only is schema growth) and `report` rendered the stored outcome, so a forger hid the correctness table's
+    rows. `report` now renders the outcomes verify derived: the forged pack's report is the original's."""
+    def report_of(pack) -> list[str]:
+        proc = run_cli("report", str(pack))
+        assert proc.returncode == 0, proc.stderr
+        return [ln for ln in proc.stdout.splitlines() if "signed" not in ln and "provenance" not in ln.lower()]
+
+    before = report_of(quick)
+    stored = json.loads((quick / "correctness" / "outcome.json").read_text())
+    assert stored["data"]["variants"]
+    del stored["data"]["variants"]
+    (quick / "correctness" / "outcome.json").write_text(json.dumps(stored, indent=2) + "\n")
+    pj = json.loads((quick / "pack.json").read_text())  # the forger's digest of the edited outcomes
+    from evpack.derivation import content_digest
+    from evpack.model import StageOutcome
+
+    outcomes = {s: StageOutcome.from_json(json.loads((quick / s / "outcome.json").read_text())) for s in pj["stages"]}
+    gates = {g: StageOutcome(v["status"], "") for g, v in pj["gates"].items()}
+    pj["content_digest"] = content_digest(outcomes, gates, pj["label"])
+    (quick / "pack.json").write_text(json.dumps(pj, indent=2) + "\n")
+    forge(quick)
+    assert _problems(quick) == []  # a field left out is not a mismatch (older packs lack newer fields) ...
+    assert report_of(quick) == before  # ... and it cannot hide anything from the report
+    from evpack.reporting.common import load_view
+    from evpack.reporting.report_md import render_md
+
+    derived: dict = {}
+    verify_all(quick, derived_out=derived)
+    assert render_md(quick) != render_md(quick, load_view(quick, derived))  # the stored outcome would have hidden it

@@ -146,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--force", action="store_true", help="replace an existing env.json")
     r = sub.add_parser("report", help="re-render a pack's reports: report.md, report.html and comment.md into --out "
                                       "(without --out, print report.md)",
-                       description="Re-render report.md, report.html and comment.md from a pack's files.")
+                       description="Re-render report.md, report.html and comment.md from a pack's files: the pack is "
+                       "verified first and the stage outcomes shown are those verify derives from its raw files.")
     _pack_arg(r)
     r.add_argument("--out", type=Path, default=None, help="folder for the rendered files (outside any pack)")
     r.add_argument("--force", action="store_true", help="replace existing report files in --out")
@@ -348,6 +349,7 @@ def cmd_sign(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from .reporting.common import load_view
     from .reporting.report_md import render_md
     from .reporting.write import write_reports
     from .verify import verify_all
@@ -360,17 +362,18 @@ def cmd_report(args) -> int:
     why = missing_renderer()
     if why is not None:
         raise PackError(why)
-    problems, _ = verify_all(pack, stages=args.stage_package)
+    derived: dict = {}
+    problems, _ = verify_all(pack, stages=args.stage_package, derived_out=derived)
     if problems:  # a report is a view of verified data only
         print(f"error: {pack.name} does not verify ({len(problems)} mismatch(es), first: {problems[0]}); "
               "no report is rendered from it", file=sys.stderr)
         return 1
     if args.out is None:
-        print(render_md(pack))
+        print(render_md(pack, load_view(pack, derived)))
         return 0
     out = guard_output(args.out, force=args.force, names=("report.md", "report.html", "comment.md"))
     ensure_writable(out)
-    for path in write_reports(pack, out).all():
+    for path in write_reports(pack, out, outcomes=derived).all():
         print(f"WROTE {path}")
     return 0
 

@@ -248,7 +248,7 @@ def pack_folder(pack_dir: Path) -> Path:
 
 
 def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path | None = None,
-                _depth: int = 0, _seen: dict | None = None) -> list[str]:
+                _depth: int = 0, _seen: dict | None = None, derived_out: dict | None = None) -> list[str]:
     """Mismatches (empty when the pack verifies). Raises PackError when it is not a pack at all.
     A pack holding an entry no reader may open, or a record naming a path out of its folder, is
     reported without reading or deriving anything more. `carried_from`: the folder that holds the packs
@@ -284,6 +284,8 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
         return problems + unsafe_names
     derived = derive_all(pack_dir, stage_names_of(pj), stages=stages, gate_names=sp.required_gates,
                          parallel=True)
+    if derived_out is not None:  # the outcomes as the files give them, for a view of a verified pack
+        derived_out.update(derived.stages)
     problems += check_required_files(pack_dir, sp, derived.stages, stages)
     for name, out in derived.stages.items():
         problems += compare_stage(name, out, pj, pack_dir, sp)
@@ -396,15 +398,18 @@ def verify_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
 
 
 def verify_all(pack_dir: Path, *, allowed_signers: Path | None = None, require_signature: bool = False,
-               stages: str | None = None, carried_from: Path | None = None) -> tuple[list[str], ProvenanceCheck]:
+               stages: str | None = None, carried_from: Path | None = None,
+               derived_out: dict | None = None) -> tuple[list[str], ProvenanceCheck]:
     """Everything `verify` checks: the pack's consistency and its provenance statement (and signature).
     Bad signing options (an unreadable allowed-signers file, ...) raise before the pack is read; a pack
     holding an entry no reader may open (a symlink, a named pipe, ...) is reported before any of its
-    files is opened, its signature unchecked."""
+    files is opened, its signature unchecked. derived_out, when given, receives each stage's outcome as
+    the pack's files give it (what `report` renders: never a stored field that no derivation gives)."""
     signer_options(allowed_signers, require_signature)
     unsafe = scan(pack_folder(pack_dir)).unsafe
     if unsafe:
         return list(unsafe), ProvenanceCheck(UNCHECKED, (), None, None,
                                              "not checked: the pack holds entries that are not opened")
     prov = verify_provenance(pack_dir, allowed_signers=allowed_signers, require_signature=require_signature)
-    return verify_pack(pack_dir, stages=stages, carried_from=carried_from) + list(prov.problems), prov
+    return (verify_pack(pack_dir, stages=stages, carried_from=carried_from, derived_out=derived_out)
+            + list(prov.problems), prov)

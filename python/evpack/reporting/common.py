@@ -40,14 +40,16 @@ class PackView:
         return str(self.pack.label)
 
 
-def load_view(pack_dir: Path) -> PackView:
-    """The stage outcomes as the pack holds them (outcome.json: what verify checks against the raw files)."""
+def load_view(pack_dir: Path, outcomes: dict[str, StageOutcome] | None = None) -> PackView:
+    """The pack's records and stage outcomes: `outcomes` when given (`report`: those verify derived from the raw
+    files, so nothing a stored outcome.json adds or leaves out reaches a view), else as the pack holds them
+    (outcome.json: the evidence run writes the reports right after deriving them)."""
     pj = read_pack_view(read_json(pack_dir / "pack.json"))
     env = read_json(pack_dir / "env.json")
-    # the checked outcomes (written by evidence, compared with the raw files by verify): no re-derivation
-    outcomes = {s: StageOutcome.from_json(read_json(pack_dir / s / "outcome.json")) for s in STAGE_ORDER
-                if s in pj.stages}
-    return PackView(pack_dir, pj, env, outcomes)
+    if outcomes is None:
+        outcomes = {s: StageOutcome.from_json(read_json(pack_dir / s / "outcome.json")) for s in STAGE_ORDER
+                    if s in pj.stages}
+    return PackView(pack_dir, pj, env, {s: outcomes[s] for s in STAGE_ORDER if s in outcomes and s in pj.stages})
 
 
 def status_word(status: object) -> str:
