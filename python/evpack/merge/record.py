@@ -90,18 +90,24 @@ def _gpu(env: dict, statement: dict | None) -> dict:
             "visible": (smi or {}).get("visible"), "devices_from": PROVENANCE_FILE if smi is not None else None}
 
 
-def headline(pack_dir: Path, pj: dict, stages: str | None = None) -> dict:
-    """Headline numbers from the stages that offer them (stage hook `headline(outcome)`), read from their
-    checked outcome.json."""
+def headline(pack_dir: Path, pj: dict, stages: str | None = None,
+             outcomes: dict[str, StageOutcome] | None = None) -> dict:
+    """Headline numbers from the stages that offer them (stage hook `headline(outcome)`): of the outcomes verify
+    derived from the member's raw files when given, else of its checked outcome.json."""
     out: dict = {}
     for name in STAGE_ORDER:
         if name not in pj.get("stages", {}):
             continue
         hook = getattr(stage_module(name, stages), "headline", None)
-        outcome = _json(pack_dir / name / "outcome.json")
-        if hook is None or not isinstance(outcome, dict):
+        if hook is None:
             continue
-        out.update(hook(StageOutcome.from_json(outcome)))
+        if outcomes is not None:
+            if name in outcomes:
+                out.update(hook(outcomes[name]))
+            continue
+        outcome = _json(pack_dir / name / "outcome.json")
+        if isinstance(outcome, dict):
+            out.update(hook(StageOutcome.from_json(outcome)))
     return out
 
 
@@ -109,8 +115,10 @@ def digests(pack_dir: Path) -> dict[str, str]:
     return {name: sha256_file(pack_dir / name) for name in DIGESTED if (pack_dir / name).is_file()}
 
 
-def member_record(pack_dir: Path, prov: ProvenanceCheck, *, stages: str | None = None) -> dict:
-    """What merged.json says about one member, read from its files (which `verify` has checked)."""
+def member_record(pack_dir: Path, prov: ProvenanceCheck, *, stages: str | None = None,
+                  outcomes: dict[str, StageOutcome] | None = None) -> dict:
+    """What merged.json says about one member, read from its files (which `verify` has checked); `outcomes`:
+    the stage outcomes verify derived (the headline numbers come from them)."""
     pj = read_json(pack_dir / "pack.json")
     env = _json(pack_dir / "env.json") or {}
     statement = _json(pack_dir / PROVENANCE_FILE)
@@ -127,7 +135,7 @@ def member_record(pack_dir: Path, prov: ProvenanceCheck, *, stages: str | None =
         "labels": list(pj["labels"]),
         "gates": {g: (v or {}).get("status") for g, v in pj["gates"].items()},
         "gpu": _gpu(env, statement),
-        "headline": headline(pack_dir, pj, stages),
+        "headline": headline(pack_dir, pj, stages, outcomes),
         "signature": {"state": signature_state(prov), "principal": prov.principal, "fingerprint": prov.fingerprint},
         "digests": digests(pack_dir),
     }

@@ -104,14 +104,16 @@ def check_out(out: Path, members: list[Path], force: bool) -> Path:
 
 
 def _verify_member(pack: Path, allowed_signers: Path | None, require_signature: bool,
-                   stages: str | None) -> ProvenanceCheck:
+                   stages: str | None) -> tuple[ProvenanceCheck, dict]:
+    """(its provenance check, the stage outcomes verify derived from its files)."""
+    derived: dict = {}
     problems, prov = verify_all(pack, allowed_signers=allowed_signers, require_signature=require_signature,
-                                stages=stages)
+                                stages=stages, derived_out=derived)
     if problems:
         raise PackError(f"member {pack} does not verify ({len(problems)} problem(s); first: {problems[0]}): "
                         "nothing was written")
     log.info("member %s: verified; provenance %s", pack.name, prov.summary)
-    return prov
+    return prov, derived
 
 
 def _copy(src: Path, dst: Path, expected: dict[str, str]) -> None:
@@ -174,8 +176,9 @@ def merge_packs(packs: list[Path], out: Path, *, allowed_signers: Path | None = 
     members = check_members(packs)
     out = check_out(out, members, force)
     before = [digests(m) for m in members]
-    provs = [_verify_member(m, allowed_signers, require_signature, stages) for m in members]
-    records = [member_record(m, prov, stages=stages) for m, prov in zip(members, provs, strict=True)]
+    checked = [_verify_member(m, allowed_signers, require_signature, stages) for m in members]
+    records = [member_record(m, prov, stages=stages, outcomes=derived)
+               for m, (prov, derived) in zip(members, checked, strict=True)]
     problems = source_problems(records)
     if problems:
         raise PackError(f"{problems[0]}: nothing was written")

@@ -147,9 +147,10 @@ def verify_merged(folder: Path, *, allowed_signers: Path | None = None, require_
         if not member.is_dir() or member.is_symlink():
             continue  # named by check_own_files
         try:
+            outcomes: dict = {}
             member_problems, prov = verify_all(member, allowed_signers=allowed_signers,
-                                               require_signature=require_signature, stages=stages)
-            rec = member_record(member, prov, stages=stages)
+                                               require_signature=require_signature, stages=stages, derived_out=outcomes)
+            rec = member_record(member, prov, stages=stages, outcomes=outcomes)
         except (PackError, OSError, ValueError, KeyError, TypeError) as exc:
             problems.append(f"member {pack_id}: not a readable pack: {exc}")
             continue
