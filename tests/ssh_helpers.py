@@ -5,7 +5,8 @@ at 127.0.0.1. Keys, config, pid file and known_hosts all live in a temporary fol
 `start_sshd(tmp, home_file=F)` gives every session a fake home: the folder named in the file
 F is its HOME and its login folder (a ForceCommand), so a test can aim `~` and relative paths
 at a temporary folder instead of the real home (each test writes its own folder into F);
-`force_command=` replaces the command altogether (a host that never answers).
+`force_command=` replaces the command altogether (a host that never answers). The server's
+host key is pinned in its own known_hosts (gpu-session checks host keys strictly).
 When sshd is missing or cannot start the tests skip with the reason, except under CI
 (CI set in the environment), where the SSH tests are a deliverable and must run.
 """
@@ -75,9 +76,8 @@ class SshServer:
 
     @property
     def ssh_opts(self) -> str:
-        """Extra client options (EVPACK_SSH_OPTS): no user config, throwaway known_hosts."""
-        return (f"-F /dev/null -o StrictHostKeyChecking=no -o UserKnownHostsFile={self.known_hosts} "
-                "-o LogLevel=ERROR")
+        """Extra client options (EVPACK_SSH_OPTS): no user config, the known_hosts that pins this server."""
+        return f"-F /dev/null -o UserKnownHostsFile={self.known_hosts} -o LogLevel=ERROR"
 
     def ssh(self, command: str, timeout: float = 20) -> subprocess.CompletedProcess:
         argv = ["ssh", "-p", str(self.port), "-l", self.user, "-i", str(self.client_key),
@@ -88,6 +88,12 @@ class SshServer:
 def _keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "evpack-test", "-f", str(path)],
                    check=True, capture_output=True, timeout=30)
+
+
+def known_hosts_line(port: int, public_key: Path) -> str:
+    """The known_hosts line that pins public_key (a .pub file) for 127.0.0.1:port."""
+    key_type, key = public_key.read_text().split()[:2]
+    return f"[{LOOPBACK}]:{port} {key_type} {key}\n"
 
 
 def fake_home_command(home_file: Path) -> str:
@@ -153,7 +159,9 @@ def start_sshd(tmp: Path, home_file: Path | None = None, force_command: str | No
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and proc.poll() is None:
             if _banner(port):
-                return SshServer(port, user, client_key, tmp / "known_hosts", log, proc)
+                known_hosts = tmp / "known_hosts"
+                known_hosts.write_text(known_hosts_line(port, Path(f"{host_key}.pub")))
+                return SshServer(port, user, client_key, known_hosts, log, proc)
             time.sleep(0.1)
         stop_sshd(proc)
         last_error = log.read_text()[-2000:]

@@ -106,7 +106,7 @@ def rsync_sleepy_sshd(tmp_path_factory):
 # ------------------------------------------------------------------ a checkout and a session file
 class Local:
     def __init__(self, tmp: Path, port: int, user: str = "nobody", identity: Path | None = None,
-                 remote_dir: Path | None = None) -> None:
+                 remote_dir: Path | None = None, known_hosts: Path | None = None) -> None:
         self.tmp = tmp
         self.co = tmp / "checkout"
         shutil.copytree(REPO / "scripts", self.co / "scripts")
@@ -122,8 +122,8 @@ class Local:
         (self.co / ".gpu-session").write_text("\n".join(lines) + "\n")
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("EVPACK_")}
         self.env.update(EVPACK_TIMEOUT_S=str(DEADLINE), EVPACK_SSH_CONNECT_TIMEOUT="30",
-                        EVPACK_SSH_OPTS=(f"-F /dev/null -o StrictHostKeyChecking=no "
-                                         f"-o UserKnownHostsFile={tmp / 'known_hosts'} -o LogLevel=ERROR"))
+                        EVPACK_SSH_OPTS=(f"-F /dev/null -o UserKnownHostsFile={known_hosts or tmp / 'known_hosts'} "
+                                         "-o LogLevel=ERROR"))
 
     def gs(self, *argv: str, env: dict | None = None, timeout: float = 60) -> tuple[subprocess.CompletedProcess, float]:
         t0 = time.monotonic()
@@ -185,7 +185,7 @@ def test_host_that_never_answers(tmp_path, request, server, verb):
 @pytest.mark.parametrize("verb", ["status", "fetch", "idle-guard", "sync"])
 def test_host_whose_commands_never_return(tmp_path, sleepy_sshd, verb):
     s = sleepy_sshd
-    local = Local(tmp_path, s.port, s.user, s.client_key)
+    local = Local(tmp_path, s.port, s.user, s.client_key, known_hosts=s.known_hosts)
     r, took = local.gs(*VERBS[verb])
     gave_up(r, took, verb, s.port)
     assert local.provider_calls() == []
@@ -194,7 +194,7 @@ def test_host_whose_commands_never_return(tmp_path, sleepy_sshd, verb):
 
 def test_init_against_a_host_that_never_answers(tmp_path, sleepy_sshd):
     s = sleepy_sshd
-    local = Local(tmp_path, s.port)
+    local = Local(tmp_path, s.port, known_hosts=s.known_hosts)
     (local.co / ".gpu-session").unlink()
     r, took = local.gs("init", "--host", LOOPBACK, "--port", str(s.port), "--user", s.user,
                        "--identity", str(s.client_key), "--remote-dir", "evidence-pack")
@@ -214,7 +214,7 @@ def test_rsync_that_never_returns(tmp_path, rsync_sleepy_sshd, verb):
     (remote / "artifacts" / "packs" / "latest").symlink_to(PACK_ID)
     (remote / ".evpack-session").write_text(f"evpack-session {TOKEN}\n")
     s.home_file.write_text(f"{home}\n")  # type: ignore[attr-defined]
-    local = Local(tmp_path, s.port, s.user, s.client_key, remote_dir=remote)
+    local = Local(tmp_path, s.port, s.user, s.client_key, remote_dir=remote, known_hosts=s.known_hosts)
     r, took = local.gs(*VERBS[verb])
     gave_up(r, took, verb, s.port)
     assert "rsync" in r.stderr, r.stderr
@@ -333,7 +333,7 @@ def test_follow_ends_when_the_host_stops_answering(tmp_path, live_sshd):
     home = tmp_path / "home"
     home.mkdir()
     s.home_file.write_text(f"{home}\n")  # type: ignore[attr-defined]
-    local = Local(tmp_path, s.port, s.user, s.client_key)
+    local = Local(tmp_path, s.port, s.user, s.client_key, known_hosts=s.known_hosts)
     (local.co / ".gpu-session").unlink()
     env = {"EVPACK_TIMEOUT_S": "60", "EVPACK_HEARTBEAT_S": "1",
            "EVPACK_REMOTE_CMD": "for i in $(seq 1 600); do echo line $i; sleep 0.1; done"}

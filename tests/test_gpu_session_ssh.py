@@ -122,6 +122,7 @@ def world(tmp_path, sshd: SshServer):
         EVPACK_HEARTBEAT_S="1",
         EVPACK_VERIFY_CMD=f"{sys.executable} {stubs / 'verify.py'}",
         EVPACK_SSH_CONNECT_TIMEOUT="5",
+        TMPDIR=str(tmp_path),  # what a killed gpu-session leaves (the dropped follow) stays in the test's folder
     )
     return dict(co=co, remote=tmp_path / "remote", env=env, marker=marker, stubs=stubs, sshd=sshd,
                 release=tmp_path / "release")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -586,3 +587,35 @@ def test_failed_comment_quotes_pack_made_logs_inertly(runner, tmp_path):
     assert "~" not in body and "\x1b" not in body
     assert "<img src=x onerror=alert(1)>" in body.split("```")[3]  # only inside a code block
     assert "pr edit 42" in (tmp_path / "gh-all.log").read_text()
+
+
+# A gh for pr-evidence.sh's labels: the PR carries a stale evidence:complete; the call named FAIL
+# fails as an API outage would. Every call is logged, a line each.
+LABELS_GH = textwrap.dedent(r'''
+    #!/usr/bin/env bash
+    printf '%s\n' "$*" >>{log}
+    [ "$1 $2" != {fail} ] || {{ echo "HTTP 502: Bad Gateway (https://api.github.com/graphql)" >&2; exit 1; }}
+    case "$1 $2" in
+    "pr view") printf '%s\n' evidence:complete tensor-cores-verified ;;
+    "label list") printf '%s\n' evidence:complete evidence:partial evidence:failed tensor-cores-verified ;;
+    esac
+    exit 0
+''').lstrip()
+
+
+@pytest.mark.parametrize("fail", ["nothing", "pr view", "label list"])
+def test_labels_are_left_alone_when_the_current_ones_cannot_be_read(runner, tmp_path, fail):
+    """pr-evidence.sh reads the PR's labels (and the repository's) before it edits them: when a read
+    fails it stops, and never adds evidence:failed beside a stale evidence:complete."""
+    log = tmp_path / "gh-all.log"
+    (runner.bin / "gh").write_text(LABELS_GH.format(log=shlex.quote(str(log)), fail=shlex.quote(fail)))
+    r = runner.run("evidence-sign.yml", "publish", "Label evidence:failed", values(**PUBLISH_VALUES))
+    edits = [ln for ln in log.read_text().splitlines() if ln.startswith("pr edit ")]
+    if fail == "nothing":
+        assert r.returncode == 1 and "labelled evidence:failed" in r.stdout, r.stdout + r.stderr
+        assert len(edits) == 1 and "--add-label evidence:failed" in edits[0], edits
+        assert "--remove-label evidence:complete" in edits[0], edits
+        return
+    assert not edits, f"`gh {fail}` failed, yet pr-evidence.sh went on and edited the labels: {edits}"
+    assert r.returncode == 2 and "pr-evidence: cannot read the labels of " in r.stderr, (r.returncode, r.stderr)
+    assert "labelled evidence:failed" not in r.stdout

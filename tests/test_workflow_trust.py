@@ -290,13 +290,15 @@ def rule_no_expressions_in_scripts(wfs: Workflows) -> list[str]:
 
 
 def rule_label_reset_on_push(wfs: Workflows) -> list[str]:
-    """A new push removes run-evidence, from a workflow the PR cannot edit and that runs no PR code."""
+    """A new head (a push, or a reopen after a push to the closed PR) removes run-evidence, from a workflow the PR
+    cannot edit and that runs no PR code."""
     wf = wfs.get(RESET)
     if wf is None:
         return [f"no {RESET}"]
     out = []
-    if triggers(wf) != {"pull_request_target": {"types": ["synchronize"]}}:
-        out.append(f"{RESET}: triggers {triggers(wf)!r}, want pull_request_target: synchronize")
+    # A push to a closed PR sends no synchronize: the new head arrives with reopened.
+    if triggers(wf) != {"pull_request_target": {"types": ["synchronize", "reopened"]}}:
+        out.append(f"{RESET}: triggers {triggers(wf)!r}, want pull_request_target: synchronize, reopened")
     if list(wf["jobs"]) != [RESET_JOB]:
         out.append(f"{RESET}: jobs {list(wf['jobs'])}, want [{RESET_JOB}]")
         return out
@@ -563,6 +565,10 @@ def _m_label_reset_on_pull_request(w):
     w[RESET][True] = {"pull_request": {"types": ["synchronize"]}}
 
 
+def _m_label_reset_not_on_reopen(w):
+    w[RESET][True] = {"pull_request_target": {"types": ["synchronize"]}}
+
+
 def _m_label_reset_removes_nothing(w):
     st = _job(w, RESET, RESET_JOB)["steps"][0]
     st["env"]["LABEL"] = "something-else"
@@ -623,6 +629,7 @@ ATTACKS = {
     "no label reset": ("label-reset", _m_no_label_reset),
     "label reset checks out code": ("label-reset", _m_label_reset_checks_out),
     "label reset from the PR's copy": ("label-reset", _m_label_reset_on_pull_request),
+    "label reset not on reopen (a push to the closed PR)": ("label-reset", _m_label_reset_not_on_reopen),
     "label reset removes another label": ("label-reset", _m_label_reset_removes_nothing),
 }
 

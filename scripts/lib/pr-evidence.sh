@@ -90,10 +90,14 @@ print(" ".join(shlex.quote(a) for a in gh_args([FAILED])))')"
 }
 
 set_labels() {
-    local out=$1 args=() current=() existing=() add=() remove=() edit=() i name
+    local out=$1 args=() current=() existing=() add=() remove=() edit=() i name got
     case $out in *[\'\"\\]*) die "unexpected quoting in the label arguments: $out" ;; esac
     read -r -a args <<<"$out"
-    mapfile -t current < <("${GH[@]}" pr view "$pr" --repo "$repo" --json labels --jq '.labels[].name')
+    # Read into a variable first: a failed read stops here (a `< <(...)` would hide it, and the
+    # stale labels it should have listed, evidence:complete included, would stay on the PR).
+    got=$("${GH[@]}" pr view "$pr" --repo "$repo" --json labels --jq '.labels[].name') ||
+        die "cannot read the labels of #$pr: no label changed"
+    [ -z "$got" ] || mapfile -t current <<<"$got"
     for ((i = 0; i < ${#args[@]}; i += 2)); do
         name=${args[i + 1]:-}
         [ -n "$name" ] || die "odd label arguments: $out"
@@ -111,7 +115,9 @@ set_labels() {
             remove+=("$name")
         fi
     done
-    mapfile -t existing < <("${GH[@]}" label list --repo "$repo" --limit 1000 --json name --jq '.[].name')
+    got=$("${GH[@]}" label list --repo "$repo" --limit 1000 --json name --jq '.[].name') ||
+        die "cannot read the labels of $repo: no label changed"
+    [ -z "$got" ] || mapfile -t existing <<<"$got"
     for name in "${add[@]}"; do
         if ! has "$name" "${existing[@]}"; then
             "${GH[@]}" label create "$name" --repo "$repo" --color "$(label_color "$name")" \
