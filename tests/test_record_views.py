@@ -95,3 +95,13 @@ def test_kernel_row_views_of_corrupted_data(value):
         assert all(r.status is None for r in views)
         assert [r.short for r in views] == (["_Z3foo on sm_90"] if isinstance(value, list) and value
                                             and isinstance(value[0], dict) else [])
+
+
+@pytest.mark.parametrize("value", [None, [], {"members": [None, {"gpu": "x", "gates": [1], "headline": 3}]},
+                                   {"gpu_types": [{"name": None, "members": "x"}], "labels": "x"}])
+def test_a_merged_record_view_of_corrupted_data(value):
+    from evpack.records.merged import MergedRecord
+
+    record = MergedRecord.from_json(value)
+    assert all(m.gpu_name == "no GPU" and dict(m.gates) == {} and dict(m.headline) == {} for m in record.members)
+    assert all(t.count == 0 for t in record.gpu_types) and record.source.commit is None

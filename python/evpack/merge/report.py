@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 
 from ..markdown import code, table, text
+from ..records.merged import Member, MergedRecord
 from ..reporting.comment_md import ci_links, fit
 from ..reporting.common import MARKER, status_word
 from .record import RULE, UNCHECKED_SIG, UNSIGNED, VERIFIED
@@ -26,9 +27,9 @@ def _value(v: object) -> str:
     return text(v)
 
 
-def column_names(record: dict) -> list[str]:
+def column_names(record: MergedRecord) -> list[str]:
     """One heading per member: its GPU name, numbered when several members share it."""
-    names = [m["gpu"]["name"] or "no GPU" for m in record["members"]]
+    names = [m.gpu_name for m in record.members]
     seen: dict[str, int] = {}
     out = []
     for n in names:
@@ -37,59 +38,61 @@ def column_names(record: dict) -> list[str]:
     return [text(n) for n in out]
 
 
-def signature_text(m: dict) -> str:
-    sig = m["signature"]
-    out = SIGNATURE_TEXT.get(sig["state"]) or text(sig["state"])
-    if sig["state"] == VERIFIED and sig.get("principal"):
-        out += f" ({code(sig['principal'], in_table=True)})"
+def signature_text(m: Member) -> str:
+    sig = m.signature
+    out = SIGNATURE_TEXT.get(sig.state) or text(sig.state)
+    if sig.state == VERIFIED and sig.principal:
+        out += f" ({code(sig.principal, in_table=True)})"
     return out
 
 
-def headline_lines(record: dict) -> list[str]:
-    n, kinds = len(record["members"]), record["gpu_types"]
-    types = ", ".join(f"{text(t['name'] or 'no GPU')} ({len(t['members'])})" for t in kinds)
-    src = record["source"]
-    return [MARKER, f"# Evidence on {n} GPU{'s' if n != 1 else ''}, one commit: **{text(record['label'])}**", "",
-            f"Labels: {', '.join(code(x) for x in record['labels'])}", "",
-            f"Merged verdict {code(record['verdict_id'])} of commit {code(src['commit'])}"
-            f"{' (dirty)' if src['dirty'] else ''}: "
+def headline_lines(record: MergedRecord) -> list[str]:
+    n, kinds = len(record.members), record.gpu_types
+    types = ", ".join(f"{text(t.name or 'no GPU')} ({t.count})" for t in kinds)
+    src = record.source
+    labels = record.labels if isinstance(record.labels, list) else []
+    return [MARKER, f"# Evidence on {n} GPU{'s' if n != 1 else ''}, one commit: **{text(record.label)}**", "",
+            f"Labels: {', '.join(code(x) for x in labels)}", "",
+            f"Merged verdict {code(record.verdict_id)} of commit {code(src.commit)}"
+            f"{' (dirty)' if src.dirty else ''}: "
             f"{n} pack{'s' if n != 1 else ''} on {len(kinds)} GPU type{'s' if len(kinds) != 1 else ''}: {types}."]
 
 
-def rule_line(record: dict) -> str:
-    rule = record["rule"]
+def rule_line(record: MergedRecord) -> str:
+    rule = record.rule
     checked = ("signatures checked against the allowed signers (file sha256 "
-               f"{code(str(rule.get('allowed_signers_sha256') or '-')[:12])})" if rule["signatures_checked"]
+               f"{code(str(rule.allowed_signers_sha256 or '-')[:12])})" if rule.signatures_checked
                else "signatures not checked (made without --allowed-signers)")
     return f"Rule: {RULE}. Here: {checked}."
 
 
-def per_gpu_table(record: dict) -> list[str]:
-    members = record["members"]
-    rows = [["pack", *[code(m["pack_id"], in_table=True) for m in members]],
-            ["label", *[f"**{text(m['label'])}**" for m in members]],
+def per_gpu_table(record: MergedRecord) -> list[str]:
+    members = record.members
+    rows = [["pack", *[code(m.pack_id, in_table=True) for m in members]],
+            ["label", *[f"**{text(m.label)}**" for m in members]],
             ["signature", *[signature_text(m) for m in members]],
-            ["GPU UUID", *[_value(m["gpu"]["uuid"]) for m in members]],
-            ["compute capability", *[_value(m["gpu"]["compute_capability"]) for m in members]],
-            ["driver", *[_value(m["gpu"]["driver"]) for m in members]]]
-    for g in record["gates"]:
-        rows.append([f"gate {text(g)}", *[status_word(m["gates"][g]) if g in m["gates"] else "-" for m in members]])
+            ["GPU UUID", *[_value(m.gpu.uuid) for m in members]],
+            ["compute capability", *[_value(m.gpu.compute_capability) for m in members]],
+            ["driver", *[_value(m.gpu.driver) for m in members]]]
+    for g in record.gates:
+        rows.append([f"gate {text(g)}", *[status_word(m.gates[g]) if g in m.gates else "-" for m in members]])
     names: list[str] = []
     for m in members:
-        names += [k for k in m["headline"] if k not in names]
+        names += [k for k in m.headline if k not in names]
     for k in names:
-        rows.append([text(k), *[_value(m["headline"].get(k)) for m in members]])
+        rows.append([text(k), *[_value(m.headline.get(k)) for m in members]])
     return table(["", *column_names(record)], rows)
 
 
-def members_table(record: dict) -> list[str]:
-    rows = [[code(m["path"], in_table=True),
-             *[code(m["digests"].get(f, "-"), in_table=True) for f in ("index.json", "pack.json", "provenance.json")]]
-            for m in record["members"]]
+def members_table(record: MergedRecord) -> list[str]:
+    rows = [[code(m.path, in_table=True),
+             *[code(m.digests.get(f, "-"), in_table=True) for f in ("index.json", "pack.json", "provenance.json")]]
+            for m in record.members]
     return table(["member (copied here)", "index.json sha256", "pack.json sha256", "provenance.json sha256"], rows)
 
 
-def render_report(record: dict) -> str:
+def render_report(stored: dict) -> str:
+    record = MergedRecord.from_json(stored)
     lines = [*headline_lines(record), "", rule_line(record), "", "## Per GPU", "", *per_gpu_table(record), "",
              "## Members", "", *members_table(record), "",
              "Each member is a whole pack with its own report.md and report.html. Check everything offline: "
@@ -97,25 +100,25 @@ def render_report(record: dict) -> str:
     return "\n".join(lines)
 
 
-def _comment_rows(record: dict) -> list[str]:
-    members = record["members"]
+def _comment_rows(record: MergedRecord) -> list[str]:
+    members = record.members
     speed = "speedup vs SDPA default"
-    rows = [[name, code(m["pack_id"], in_table=True), text(m["label"]), signature_text(m),
-             _value(m["headline"].get(speed))]
+    rows = [[name, code(m.pack_id, in_table=True), text(m.label), signature_text(m), _value(m.headline.get(speed))]
             for name, m in zip(column_names(record), members, strict=True)]
     return table(["GPU", "pack", "label", "signature", speed], rows)
 
 
-def render_comment(record: dict, environ: Mapping[str, str] | None = None) -> str:
+def render_comment(stored: dict, environ: Mapping[str, str] | None = None) -> str:
+    record = MergedRecord.from_json(stored)
     links = ci_links(os.environ if environ is None else environ)
     lines = [*headline_lines(record), "", *_comment_rows(record), ""]
-    not_passed = [(g, s) for g, s in record["gates"].items() if s != "pass"]
+    not_passed = [(g, s) for g, s in record.gates.items() if s != "pass"]
     if not_passed:
         names = column_names(record)
         lines += ["Gates that did not pass on every GPU:", ""]
         lines += [f"- {text(g)} ({status_word(s)}): " + ", ".join(
-            f"{n} {status_word(m['gates'][g]) if g in m['gates'] else '-'}" for n, m in
-            zip(names, record["members"], strict=True)) for g, s in not_passed[:12]]
+            f"{n} {status_word(m.gates[g]) if g in m.gates else '-'}" for n, m in
+            zip(names, record.members, strict=True)) for g, s in not_passed[:12]]
         lines.append("")
     else:
         lines += ["Every gate passed on every GPU.", ""]

@@ -1,0 +1,106 @@
+"""merged.json (a merged verdict over several GPUs' packs) as typed, read-only views (records/view.py): what
+the verdict's report.md, comment.md and label view read. merge/verdict.py writes the record as JSON and
+merge/verify.py compares it with one rebuilt from the members; these views never write.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .view import obj, objects, view
+
+
+@dataclass(frozen=True)
+class MemberGpu:
+    name: Any = None
+    uuid: Any = None
+    compute_capability: Any = None
+    driver: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class MemberSignature:
+    state: Any = None
+    principal: Any = None
+    fingerprint: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One member pack: its id, where it is copied, its label, gates, GPU, signature and headline numbers."""
+
+    pack_id: Any = None
+    path: Any = None
+    label: Any = None
+    labels: Any = None
+    gates: Mapping = field(default_factory=dict)  # gate -> status
+    gpu: MemberGpu = field(default_factory=MemberGpu)
+    signature: MemberSignature = field(default_factory=MemberSignature)
+    headline: Mapping = field(default_factory=dict)  # name -> number or text
+    digests: Mapping = field(default_factory=dict)  # file -> sha256
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, value: Any) -> Member:
+        o = obj(value)
+        plain = view(cls, o)
+        return cls(pack_id=plain.pack_id, path=plain.path, label=plain.label, labels=plain.labels,
+                   gates=obj(plain.gates), gpu=view(MemberGpu, plain.gpu), signature=view(MemberSignature, plain.signature),
+                   headline=obj(plain.headline), digests=obj(plain.digests), raw=o)
+
+    @property
+    def gpu_name(self) -> str:
+        return str(self.gpu.name or "no GPU")
+
+
+@dataclass(frozen=True)
+class GpuType:
+    name: Any = None
+    members: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def count(self) -> int:
+        return len(self.members) if isinstance(self.members, list) else 0
+
+
+@dataclass(frozen=True)
+class MergeRule:
+    text: Any = None
+    signatures_checked: Any = None
+    require_signature: Any = None
+    allowed_signers_sha256: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class MergeSource:
+    commit: Any = None
+    dirty: Any = None
+    tree_sha256: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class MergedRecord:
+    verdict_id: Any = None
+    label: Any = None
+    labels: Any = None
+    gates: Mapping = field(default_factory=dict)  # gate -> the combined status
+    source: MergeSource = field(default_factory=MergeSource)
+    rule: MergeRule = field(default_factory=MergeRule)
+    gpu_types: tuple[GpuType, ...] = ()
+    members: tuple[Member, ...] = ()
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, value: Any) -> MergedRecord:
+        o = obj(value)
+        plain = view(cls, o)
+        return cls(verdict_id=plain.verdict_id, label=plain.label, labels=plain.labels, gates=obj(plain.gates),
+                   source=view(MergeSource, plain.source), rule=view(MergeRule, plain.rule),
+                   gpu_types=tuple(view(GpuType, t) for t in objects(plain.gpu_types)),
+                   members=tuple(Member.from_json(m) for m in objects(plain.members)), raw=o)
