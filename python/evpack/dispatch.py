@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import registry
 from .jsonio import read_json, read_member_json
+from .records.bench import BenchRun, BenchSummary
 
 TABLE_SCHEMA_VERSION = 1
 TABLE_PATH = Path(__file__).with_name("dispatch_table.json")
@@ -82,20 +83,19 @@ def _generate(pack_dir: Path) -> dict:
     if pj.get("label") != SOURCE_LABEL:
         raise DispatchTableError(f"{pack_dir.name}: label {pj.get('label')!r}; only an {SOURCE_LABEL} pack "
                                  "(every gate passed on a GPU) can choose the default kernels")
-    summary = _read(pack_dir / "bench" / "summary.json", member=True)
-    device = _read(pack_dir / "bench" / "run.json").get("device") or {}
-    if not device.get("sm_count") or not device.get("capability"):
+    summary = BenchSummary.from_json(_read(pack_dir / "bench" / "summary.json", member=True))
+    device = BenchRun.from_json(_read(pack_dir / "bench" / "run.json")).device
+    if not device.sm_count or not device.capability:
         raise DispatchTableError(f"{pack_dir.name}: bench/run.json records no device SM count / capability")
-    mode = summary.get("primary_mode")
-    rows = [r for r in summary.get("rows", []) if r.get("impl") == "evpack" and r.get("mode") == mode]
+    mode = summary.primary_mode
+    rows = [r for r in summary.rows if r.impl == "evpack" and r.mode == mode]
     by_class: dict[ShapeClass, dict[str, dict[tuple[str, str], float]]] = {}
     for r in rows:
-        sc = shape_class(dtype=r["dtype"], head_dim=r["D"], causal=r["causal"], batch=r["B"], heads=r["H"],
-                         sm_count=device["sm_count"])
-        cell = by_class.setdefault(sc, {}).setdefault(r["shape"], {})
-        if r.get("status") == "ok" and r.get("median_us") and r.get("max_abs_err") is not None \
-                and r.get("err_bound") is not None and r["max_abs_err"] <= r["err_bound"]:
-            cell[(r["variant"], r["config"])] = float(r["median_us"])
+        sc = shape_class(dtype=r.dtype, head_dim=r.D, causal=r.causal, batch=r.B, heads=r.H,
+                         sm_count=device.sm_count)
+        cell = by_class.setdefault(sc, {}).setdefault(r.shape, {})
+        if r.status == "ok" and r.median_us and r.within_bound:
+            cell[(r.variant, r.config)] = float(r.median_us)
     choices = []
     for sc in sorted(by_class, key=lambda c: c.key()):
         shapes = by_class[sc]
@@ -120,8 +120,8 @@ def _generate(pack_dir: Path) -> dict:
         "rule": "per shape class, the evpack (variant, config) with the smallest geometric mean of median "
                 "times over the class's shapes, among those that ran ok within their error bound on all of them; "
                 "size 'small' when batch*heads < the device's SM count",
-        "devices": [{"name": device.get("name"), "capability": str(device["capability"]),
-                     "sm_count": int(device["sm_count"]), "choices": choices}],
+        "devices": [{"name": device.name, "capability": str(device.capability),
+                     "sm_count": int(device.sm_count), "choices": choices}],
     }
 
 

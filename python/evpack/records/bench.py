@@ -23,6 +23,12 @@ class BenchRow:
     variant: Any = None
     config: Any = None
     shape: Any = None
+    B: Any = None  # the shape's parts (batch, heads, sequence, head dim, dtype, causal)
+    H: Any = None
+    S: Any = None
+    D: Any = None
+    dtype: Any = None
+    causal: Any = None
     mode: Any = None
     status: Any = None
     reason: Any = None
@@ -49,6 +55,11 @@ class BenchRow:
     def timed(self) -> bool:
         """ok with a measured, positive median (0 is no measurement)."""
         return self.status == "ok" and number(self.median_us) and self.median_us > 0
+
+    @property
+    def within_bound(self) -> bool:
+        """Its output error was measured and is within its bound."""
+        return number(self.max_abs_err) and number(self.err_bound) and self.max_abs_err <= self.err_bound
 
     @property
     def kernel_names(self) -> list:
@@ -202,6 +213,8 @@ class AbRecord:
 @dataclass(frozen=True)
 class DeviceInfo:
     name: Any = None
+    capability: Any = None
+    sm_count: Any = None
     torch: Any = None
     cuda: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
