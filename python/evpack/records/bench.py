@@ -35,6 +35,7 @@ class BenchRow:
     median_us: Any = None
     iqr_us: Any = None
     tflops: Any = None
+    floor_us: Any = None  # the physics floor of the shape and mode (timing/roofline.py)
     pct_floor: Any = None
     speedup_vs: Any = None  # backend -> median(backend) / median(this row)
     max_abs_err: Any = None
@@ -64,6 +65,12 @@ class BenchRow:
     @property
     def kernel_names(self) -> list:
         return self.kernels if isinstance(self.kernels, list) else []
+
+
+def bench_rows(rows: Any) -> list[BenchRow]:
+    """Rows as views: BenchRow kept, JSON objects viewed, anything else left out."""
+    return [r if isinstance(r, BenchRow) else BenchRow.from_json(r)
+            for r in (rows if isinstance(rows, (list, tuple)) else []) if isinstance(r, (BenchRow, Mapping))]
 
 
 @dataclass(frozen=True)

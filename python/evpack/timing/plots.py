@@ -16,6 +16,8 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from ..records.bench import BenchRow, bench_rows
+
 log = logging.getLogger(__name__)
 
 FILES = ("latency_by_shape.png", "tflops_roofline.png", "speedup.png", "sweep.png")
@@ -28,8 +30,8 @@ STYLE = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "xtick.lab
          "ytick.labelsize": 9, "legend.fontsize": 9, "figure.titlesize": 12}
 
 
-def _label(r: dict) -> str:
-    return r["variant"] if r["impl"] == "evpack" else f"sdpa:{r['variant']}"
+def _label(r: BenchRow) -> str:
+    return str(r.variant) if r.impl == "evpack" else f"sdpa:{r.variant}"
 
 
 def _short(shape_key: str) -> str:
@@ -38,18 +40,18 @@ def _short(shape_key: str) -> str:
     return f"{p['B']}x{p['H']}x{p['S']}\nD{p['D']} {p['dtype']}{c}"
 
 
-def series(rows: list[dict], mode: str) -> tuple[list[str], dict[str, dict[str, dict]]]:
+def series(rows: list, mode: str) -> tuple[list[str], dict[str, dict[str, BenchRow]]]:
     """(shape keys in order, {label: {shape: row}}); our variants keep their fastest ok config."""
     shapes: list[str] = []
-    out: dict[str, dict[str, dict]] = defaultdict(dict)
-    for r in rows:
-        if r["mode"] != mode or r["status"] != "ok" or r.get("median_us") is None:
+    out: dict[str, dict[str, BenchRow]] = defaultdict(dict)
+    for r in bench_rows(rows):
+        if r.mode != mode or r.status != "ok" or r.median_us is None:
             continue
-        if r["shape"] not in shapes:
-            shapes.append(r["shape"])
-        cur = out[_label(r)].get(r["shape"])
-        if cur is None or r["median_us"] < cur["median_us"]:
-            out[_label(r)][r["shape"]] = r
+        if r.shape not in shapes:
+            shapes.append(r.shape)
+        cur = out[_label(r)].get(r.shape)
+        if cur is None or r.median_us < cur.median_us:
+            out[_label(r)][r.shape] = r
     return shapes, dict(out)
 
 
@@ -109,12 +111,12 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def sweep_groups(rows: list[dict], mode: str) -> dict[tuple, list[str]]:
+def sweep_groups(rows: list, mode: str) -> dict[tuple, list[str]]:
     """Shapes at a fixed (H, D, dtype, causal, B*S) with at least 3 sequence lengths."""
     groups: dict[tuple, set] = defaultdict(set)
-    for r in rows:
-        if r["mode"] == mode:
-            groups[(r["H"], r["D"], r["dtype"], r["causal"], r["B"] * r["S"])].add((r["S"], r["shape"]))
+    for r in bench_rows(rows):
+        if r.mode == mode:
+            groups[(r.H, r.D, r.dtype, r.causal, r.B * r.S)].add((r.S, r.shape))
     return {g: [s for _, s in sorted(v)] for g, v in groups.items() if len({S for S, _ in v}) >= 3}
 
 
@@ -143,7 +145,7 @@ def _draw(rows, ser, shapes, out_dir: Path, mode: str) -> list[Path]:
     written = []
     fig, axes = _panels(len(chunks))
     for ax, part in zip(axes, chunks, strict=True):
-        _bars(ax, part, {k: [v[s]["median_us"] if s in v else None for s in part] for k, v in ser.items()},
+        _bars(ax, part, {k: [v[s].median_us if s in v else None for s in part] for k, v in ser.items()},
               log_y=10)
         ax.set_ylabel("median µs (log)")
     fig.suptitle(f"Latency by shape ({mode} mode; B x H x S, head dim, dtype, c = causal)")
@@ -153,12 +155,12 @@ def _draw(rows, ser, shapes, out_dir: Path, mode: str) -> list[Path]:
     roof = {}
     for v in ser.values():
         for s, r in v.items():
-            roof[s] = r["tflops"] * r["median_us"] / r["floor_us"]  # FLOPs / floor time
+            roof[s] = r.tflops * r.median_us / r.floor_us  # FLOPs / floor time
     fig, axes = _panels(len(chunks))
     for ax, part in zip(axes, chunks, strict=True):
         x = range(len(part))
         for label, v in ser.items():
-            ax.plot(x, [v[s]["tflops"] if s in v else float("nan") for s in part], "o", label=label, ms=5)
+            ax.plot(x, [v[s].tflops if s in v else float("nan") for s in part], "o", label=label, ms=5)
         ax.plot(x, [roof.get(s, float("nan")) for s in part], "k_", ms=18, mew=2, label="roofline (same run)")
         ax.set_xticks(list(x), [_short(s) for s in part])
         ax.set_xlim(-0.6, max(len(part), SHAPES_PER_ROW) - 0.4)
@@ -169,12 +171,12 @@ def _draw(rows, ser, shapes, out_dir: Path, mode: str) -> list[Path]:
     written.append(_save(fig, out_dir / FILES[1]))
 
     ours = [k for k in ser if not k.startswith("sdpa:")]
-    best = {s: min((ser[k][s] for k in ours if s in ser[k]), key=lambda r: r["median_us"], default=None)
+    best = {s: min((ser[k][s] for k in ours if s in ser[k]), key=lambda r: r.median_us, default=None)
             for s in shapes}
     backends = [k for k in ser if k.startswith("sdpa:")]
     fig, axes = _panels(len(chunks))
     for ax, part in zip(axes, chunks, strict=True):
-        _bars(ax, part, {f"vs {b}": [best[s]["speedup_vs"].get(b[5:]) if best[s] else None for s in part]
+        _bars(ax, part, {f"vs {b}": [best[s].speedup(b[5:]) if best[s] else None for s in part]
                          for b in backends}, log_y=2, baseline=1.0)
         ax.axhline(1.0, color="k", lw=1)
         ax.set_ylabel("× (log2)")
@@ -187,7 +189,7 @@ def _draw(rows, ser, shapes, out_dir: Path, mode: str) -> list[Path]:
         fig, axes = _panels(len(groups), ncols=min(len(groups), SWEEP_COLUMNS), panel_h_in=3.4)
         for ax, ((H, D, dtype, causal, tokens), gshapes) in zip(axes, sorted(groups.items()), strict=True):
             for label, v in ser.items():
-                pts = [(v[s]["S"], v[s]["tflops"]) for s in gshapes if s in v]
+                pts = [(v[s].S, v[s].tflops) for s in gshapes if s in v]
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label, ms=4)
             ax.set_xscale("log", base=2)
