@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 
 from ..jsonio import read_member_json, write_member_json
+from ..records.bench import BenchRow, bench_rows
 from . import roofline
 from .baselines import BACKENDS
 from .stats import spread
@@ -109,21 +110,20 @@ def build_rows(records: list[dict], samples: dict[str, list[float]], rates: dict
 
 def leaderboard(rows: list[dict], shape_key: str, mode: str) -> list[dict]:
     """Every implementation at one shape and mode, fastest first (ours and SDPA's backends)."""
-    graph = {(r["impl"], r["variant"], r["config"]): r["median_us"] for r in rows
-             if r["shape"] == shape_key and r["mode"] == "graph"}
-    cands = [r for r in rows if r["shape"] == shape_key and r["mode"] == mode and r["median_us"] is not None]
-    cands.sort(key=lambda r: r["median_us"])
-    return [{"rank": i + 1, "impl": r["impl"], "variant": r["variant"], "config": r["config"],
-             "status": r["status"], "median_us": r["median_us"], "iqr_us": r["iqr_us"], "tflops": r["tflops"],
-             "pct_floor": r["pct_floor"], "speedup_vs_default": r["speedup_vs"].get("default"),
-             "graph_median_us": graph.get((r["impl"], r["variant"], r["config"]))}
+    views = bench_rows(rows)
+    graph = {(r.impl, r.variant, r.config): r.median_us for r in views if r.shape == shape_key and r.mode == "graph"}
+    cands = sorted((r for r in views if r.shape == shape_key and r.mode == mode and r.median_us is not None),
+                   key=lambda r: r.median_us)
+    return [{"rank": i + 1, "impl": r.impl, "variant": r.variant, "config": r.config, "status": r.status,
+             "median_us": r.median_us, "iqr_us": r.iqr_us, "tflops": r.tflops, "pct_floor": r.pct_floor,
+             "speedup_vs_default": r.speedup("default"), "graph_median_us": graph.get((r.impl, r.variant, r.config))}
             for i, r in enumerate(cands)]
 
 
-def best_ours(rows: list[dict], shape_key: str, mode: str) -> dict | None:
-    ours = [r for r in rows if r["impl"] == OURS and r["shape"] == shape_key and r["mode"] == mode
-            and r["status"] == "ok" and r["median_us"] is not None]
-    return min(ours, key=lambda r: r["median_us"]) if ours else None
+def best_ours(rows: list[dict], shape_key: str, mode: str) -> BenchRow | None:
+    ours = [r for r in bench_rows(rows) if r.impl == OURS and r.shape == shape_key and r.mode == mode
+            and r.status == "ok" and r.median_us is not None]
+    return min(ours, key=lambda r: r.median_us) if ours else None
 
 
 def canonical(rows: list[dict], shape_key: str, mode: str) -> dict:
@@ -131,9 +131,8 @@ def canonical(rows: list[dict], shape_key: str, mode: str) -> dict:
     best = best_ours(rows, shape_key, mode)
     if best is None:
         return {"canonical_speedup": None, "canonical_best": None, "canonical_speedup_vs": {}}
-    return {"canonical_speedup": best["speedup_vs"].get("default"),
-            "canonical_best": f"{best['variant']}/{best['config']}",
-            "canonical_speedup_vs": dict(best["speedup_vs"])}
+    return {"canonical_speedup": best.speedup("default"), "canonical_best": f"{best.variant}/{best.config}",
+            "canonical_speedup_vs": dict(best.speedup_vs)}
 
 
 def recheck(row: dict) -> str:
