@@ -262,3 +262,46 @@ def test_report_shows_what_the_files_give_not_what_outcome_json_leaves_out(quick
     derived: dict = {}
     verify_all(quick, derived_out=derived)
     assert render_md(quick) != render_md(quick, load_view(quick, derived))  # the stored outcome would have hidden it
+
+
+GPU_STAGES = ("correctness", "sanitize", "stability", "tensor_proof")
+
+
+def _drop_variant(stage_dir, variant: str) -> None:
+    """Every cell of `variant` out of a stage: its procs.json entry and its files."""
+    procs = json.loads((stage_dir / "procs.json").read_text())
+    cells = [c for c in procs if c == variant or c.startswith(f"{variant}.") or f".{variant}." in c]
+    assert cells
+    for c in cells:
+        del procs[c]
+        for f in stage_dir.glob(f"{c}.*"):
+            f.unlink()
+    (stage_dir / "procs.json").write_text(json.dumps(procs, indent=2) + "\n")
+
+
+@reference.needs("DEFAULT")
+@pytest.mark.parametrize("stages", [(s,) for s in GPU_STAGES] + [GPU_STAGES], ids=[*GPU_STAGES, "all"])
+def test_a_shipped_variant_cannot_be_left_out_of_a_gpu_stage(quick, stages):
+    """Before: with every wgmma cell removed from a GPU stage (or all four) and the claims re-derived, the pack
+    verified as evidence:complete, and wgmma, which the build shipped, appeared in no GPU table."""
+    pj = json.loads((quick / "pack.json").read_text())
+    assert pj["options"]["variants"] is None and not pj["incremental"]["carried"]
+    for s in stages:
+        _drop_variant(quick / s, "wgmma")
+    forge(quick, claims=True)
+    problems = _problems(quick)
+    assert sorted(p for p in problems if "no cell of variant wgmma" in p) == [
+        f"stage {s}: no cell of variant wgmma, which the build shipped and the run selected" for s in sorted(stages)]
+
+
+@reference.needs("INCREMENTAL")
+def test_carried_cells_count_as_cells(tmp_path):
+    """A variant whose cells an incremental run carried from an earlier pack is covered by them."""
+    from evpack.coverage import coverage_problems
+    from evpack.model import StageOutcome
+
+    pack = reference.INCREMENTAL
+    pj = json.loads((pack / "pack.json").read_text())
+    assert pj["incremental"]["carried"]
+    outcomes = {s: StageOutcome.from_json(json.loads((pack / s / "outcome.json").read_text())) for s in GPU_STAGES}
+    assert coverage_problems(pack, pj["options"], outcomes) == []

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the stages: run(ctx) writes raw files, derive(stage_dir, pack_dir) reads them back
     ("stages", ("stages",)),
     # deciding and checking: outcomes, gates, labels, the pack record, provenance, verify
-    ("verify", ("derivation", "gates", "labels", "pack", "provenance", "incremental", "verify")),
+    ("verify", ("derivation", "gates", "labels", "pack", "provenance", "incremental", "coverage", "verify")),
     # views of a pack: report.md, report.html, comment.md, the history of packs
     ("reporting", ("reporting", "history")),
     # running a pack end to end, and merging packs of several GPUs

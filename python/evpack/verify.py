@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .binary import sha256_file
+from .coverage import coverage_problems
 from .derivation import LOG_FILE, RUNNER_FILE, content_digest, decision_view, derive_all, view_differences
 from .incremental.chain import check_incremental
 from .jsonio import read_json
@@ -306,6 +307,7 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
         problems += [f"summary.{d}" for d in view_differences(pj.summary.canonical_speedup,
                                                                derived.facts.canonical_speedup, "canonical_speedup")]
     problems += record_type_problems(pj)
+    problems += coverage_problems(pack_dir, pj.options, derived.stages)
     digest = stored_digest(pack_dir, pj, sp) if sp.digest_of_outcomes else None
     if digest is not None and pj.content_digest != digest:
         problems.append(f"content_digest: pack.json says {shown(repr(pj.content_digest))} but its outcomes, gates "

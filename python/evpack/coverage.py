@@ -1,0 +1,56 @@
+"""Every variant the build shipped has its cells in every GPU stage that decided.
+
+Each GPU stage derives its outcome from the cells its procs.json lists; nothing in a stage asks whether a
+cell is missing. Without this check a pack whose failing variant's cells were removed (procs.json entry,
+logs, results) verified as if that variant had never been built. The variants a stage must cover are those
+of build/kernels.json (what the pack's own build made, so a variant added to the registry later asks nothing
+of an older pack) that the run selected (pack.json options.variants; none given: all). Cells an incremental
+run carried are in procs.json too (marked carried_from), so they count. Canaries have their own rule (the
+canaries stage). A stage folder without procs.json (packs of schema 1) is not asked.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .jsonio import read_json
+from .model import FAIL, PASS, StageOutcome
+
+# stage -> how a cell name names its variant (sanitize cells are TOOL.VARIANT.CONFIG)
+CELL_VARIANT = {
+    "correctness": lambda cell: cell,
+    "stability": lambda cell: cell,
+    "tensor_proof": lambda cell: cell,
+    "sanitize": lambda cell: cell.split(".")[1] if cell.count(".") >= 2 else None,
+}
+
+
+def shipped_variants(pack_dir: Path, options: object) -> set[str] | None:
+    """The non-canary variants of build/kernels.json the run selected; None when kernels.json is unusable
+    (the build stage's derivation names that)."""
+    try:
+        rows = read_json(pack_dir / "build" / "kernels.json")
+        built = {r["variant"] for r in rows if not str(r["variant"]).startswith("canary")}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    want = options.get("variants") if isinstance(options, dict) else None
+    return {v for v in built if not want or v in want}
+
+
+def coverage_problems(pack_dir: Path, options: object, outcomes: dict[str, StageOutcome]) -> list[str]:
+    variants = shipped_variants(pack_dir, options)
+    if not variants:
+        return []
+    problems = []
+    for stage, named in CELL_VARIANT.items():
+        out = outcomes.get(stage)
+        procs = pack_dir / stage / "procs.json"
+        if out is None or out.status not in (PASS, FAIL) or not procs.is_file():
+            continue
+        try:
+            cells = read_json(procs)
+        except (OSError, ValueError):
+            continue  # an unreadable procs.json is named by the stage's derivation
+        covered = {named(str(c)) for c in cells} if isinstance(cells, dict) else set()
+        problems += [f"stage {stage}: no cell of variant {v}, which the build shipped and the run selected"
+                     for v in sorted(variants - covered)]
+    return problems
