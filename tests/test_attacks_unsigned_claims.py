@@ -305,3 +305,92 @@ def test_carried_cells_count_as_cells(tmp_path):
     assert pj["incremental"]["carried"]
     outcomes = {s: StageOutcome.from_json(json.loads((pack / s / "outcome.json").read_text())) for s in GPU_STAGES}
     assert coverage_problems(pack, pj["options"], outcomes) == []
+
+
+# ---- raw tool logs that say two things: the worst of them decides ----------------------------------------
+
+SANITIZED_CELL = "wgmma.m128n128w12s2"
+
+
+def _sanitizer_lines(log) -> str:
+    """The `=========` lines of a canary's sanitizer log (its records, their stacks and its summaries), no banner."""
+    text = log.read_text().split("Traceback")[0]
+    return "".join(ln for ln in text.splitlines(True) if ln.startswith("=========") and "COMPUTE-SANITIZER" not in ln)
+
+
+def _records_above_a_zero_summary(sanitize) -> None:
+    """The memcheck canary's `Invalid __global__ write` record and its stack, under the cell's own
+    `LEAK SUMMARY: 0 bytes ...` / `ERROR SUMMARY: 0 errors`."""
+    log = sanitize / f"memcheck.{SANITIZED_CELL}.log"
+    head, *rest = log.read_text().splitlines(True)
+    records = "".join(ln for ln in _sanitizer_lines(sanitize / "memcheck.canary_oob_write.m64n64w2s1.log")
+                      .splitlines(True) if "SUMMARY" not in ln)
+    assert "Invalid __global__ write" in records and "ERROR SUMMARY: 0 errors" in "".join(rest)
+    log.write_text(head + records + "".join(rest))
+
+
+def _a_second_racecheck_summary(sanitize) -> None:
+    """The racecheck canary's race records and `RACECHECK SUMMARY: 4 hazards ...` after the cell's 0-hazard one."""
+    log = sanitize / f"racecheck.{SANITIZED_CELL}.log"
+    assert "RACECHECK SUMMARY: 0 hazards" in log.read_text()
+    log.write_text(log.read_text() + _sanitizer_lines(sanitize / "racecheck.canary_smem_race.m64n64w2s1.log"))
+
+
+@reference.needs("DEFAULT")
+@pytest.mark.parametrize("tool,edit,reason", [
+    ("memcheck", _records_above_a_zero_summary,
+     "0 errors: Invalid __global__ write; the log holds problem records (Invalid __global__ write) under a summary of 0"),
+    ("racecheck", _a_second_racecheck_summary, "4 errors, 4 hazards: Race reported; 2 RACECHECK SUMMARY lines "
+     "disagree (0 hazards (0 errors, 0 warnings); 4 hazards (4 errors, 0 warnings)): the worst is counted"),
+], ids=["memcheck_records_under_a_zero_summary", "racecheck_two_summaries"])
+def test_a_sanitizer_log_that_reports_errors_is_not_clean(quick, tool, edit, reason):
+    """Before: `clean` read the summaries only (never the records), and the first RACECHECK / LEAK SUMMARY
+    line, so a cell's log could carry a canary's error records, or a second summary with 4 hazards, and pass."""
+    from evpack.stages import sanitize
+
+    edit(quick / "sanitize")
+    forge(quick, claims=True)
+    cell = next(c for c in sanitize.derive(quick / "sanitize", quick).data["cells"]
+                if (c["tool"], f"{c['variant']}.{c['config']}") == (tool, SANITIZED_CELL))
+    assert (cell["status"], cell["reason"]) == ("fail", reason), cell
+    labels = json.loads((quick / "pack.json").read_text())["labels"]
+    assert _problems(quick) or "sanitizer-clean" not in labels, labels
+
+
+PTXAS_LOG = "build_generated__C_wgmma_fp16_d64.o.log"
+WGMMA_SYMBOL = "_ZN6evpack5wgmma10fwd_kernelINS0_17cfg_m128n128w12s2E6__halfLi64EEEvNS_9FwdParamsENS0_7TmaMapsE"
+NO_SPILL = "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+SERIALISED = ("ptxas info    : (C7518) Potential Performance Loss: wgmma.mma_async instructions are serialized due "
+              f"to program dependence on compiler-inserted WG.DP in divergent path in the function '{WGMMA_SYMBOL}'\n")
+
+
+def _a_second_properties_block(text: str) -> str:
+    """The kernel spills; a second `Function properties` block for it says it does not."""
+    assert text.count(NO_SPILL) == 1
+    text = text.replace(NO_SPILL, "    512 bytes stack frame, 256 bytes spill stores, 256 bytes spill loads\n")
+    return text.replace("ptxas info    : Compile time",
+                        f"ptxas info    : Function properties for {WGMMA_SYMBOL}\n{NO_SPILL}ptxas info    : Compile time")
+
+
+def _an_advisory_after_the_last_entry(text: str) -> str:
+    return text + SERIALISED
+
+
+@reference.needs("DEFAULT")
+@pytest.mark.parametrize("edit,status,reason", [
+    (_a_second_properties_block, ERROR, f"two 'Function properties' blocks for {WGMMA_SYMBOL} on sm_90a"),
+    (_an_advisory_after_the_last_entry, "fail", "ptxas C7518 wgmma serialised (printed after the log's last entry"),
+], ids=["repeated_properties_block", "advisory_after_the_last_entry"])
+def test_a_ptxas_log_that_reports_a_spill_or_a_serialised_wgmma_does_not_pass(quick, edit, status, reason):
+    """Before: a repeated properties block overwrote the first (the last one won), and an advisory printed after
+    the log's last entry had no arch block, so advisories_for gave it to no kernel: resources-clean either way."""
+    from evpack.stages import ptxas
+
+    log = quick / "build" / "ptxas" / PTXAS_LOG
+    assert WGMMA_SYMBOL in log.read_text()
+    log.write_text(edit(log.read_text()))
+    forge(quick, claims=True)
+    out = ptxas.derive(quick / "ptxas", quick)
+    assert out.status == status and reason in out.reason, (out.status, out.reason)
+    labels = json.loads((quick / "pack.json").read_text())["labels"]
+    assert _problems(quick) or "resources-clean" not in labels, labels

@@ -415,3 +415,105 @@ def test_a_hopper_object_compiled_for_sm90a_alone_needs_no_other_kernel_on_sm90a
     assert out.data["problems"] == [] and "off_target" not in out.data
     assert out.data["archs"] == ["sm_80", "sm_89", "sm_90", "sm_90a"]
     assert next(c for c in out.data["canaries"] if c["name"] == "canary_serialized_wgmma")["caught"] is True
+
+
+# ---- a log that reports one thing twice, or an advisory outside any arch block -------------------------------
+# Real fixture logs edited the way a forger would: a second "Function properties" block for a function already
+# reported on that arch, or advisory lines moved from the top of their arch block to the end of the log.
+
+def _second_properties_block(text: str, symbol: str, arch: str, frame: str) -> str:
+    """`text` with a second properties block (frame line `frame`) for `symbol`, after its entry's register report
+    on `arch` (the entry's own block, with its real frame line, stays)."""
+    lines = text.splitlines()
+    entry = lines.index(f"ptxas info    : Compiling entry function '{symbol}' for '{arch}'")
+    used = next(i for i in range(entry, len(lines)) if lines[i].startswith("ptxas info    : Used"))
+    lines[used + 1:used + 1] = [f"ptxas info    : Function properties for {symbol}", frame]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("frame", ["    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads",
+                                   "    912 bytes stack frame, 1120 bytes spill stores, 1120 bytes spill loads"],
+                         ids=["clean_copy", "same_copy"])
+def test_a_second_properties_block_for_a_function_on_an_arch_is_an_error(frame):
+    """The spilling scalar kernel of the spill fixture (912 B stack, 1120 + 1120 B of spills on sm_90) with a second
+    block, clean or the same: which one ptxas meant cannot be told, so the log does not parse (before, the last won)."""
+    text = SPILL13.read_text()
+    assert by_key(ptxas.parse_ptxas(text))[(SCALAR, "sm_90")].spill_bytes == 2240
+    with pytest.raises(ptxas.PtxasParseError, match=f"two 'Function properties' blocks for {SCALAR} on sm_90"):
+        ptxas.parse_ptxas_log(_second_properties_block(text, SCALAR, "sm_90", frame))
+
+
+def test_a_device_functions_properties_block_repeated_on_an_arch_is_an_error():
+    """The non-inlined device function of the spill fixture has one block per arch (sm_80 and sm_90: that is not a
+    repeat); a copy of its sm_90 block is."""
+    text = SPILL13.read_text()
+    helper = "ptxas info    : Function properties for _ZN6evpack6helperEPKfi"
+    assert text.count(helper) == 2
+    lines = text.splitlines()
+    at = len(lines) - 1 - lines[::-1].index(helper)
+    with pytest.raises(ptxas.PtxasParseError, match="two 'Function properties' blocks for _ZN6evpack6helperEPKfi"):
+        ptxas.parse_ptxas_log("\n".join(lines[:at + 2] + lines[at:]) + "\n")
+
+
+def _advisories_at_the_end(text: str, codes: tuple[str, ...] = ("C75",)) -> str:
+    lines = text.splitlines()
+    moved = [ln for ln in lines if any(f"({c}" in ln for c in codes)]
+    assert moved
+    return "\n".join([ln for ln in lines if ln not in moved] + moved) + "\n"
+
+
+def test_an_advisory_after_the_last_entry_concerns_the_kernel_it_names_on_every_arch():
+    """The canary fixture's C7519 / C7518 lines moved from the top of the sm_90a block to the end of the log: no
+    arch block, so the serialised kernel is voided on every arch it was compiled for (before: on none)."""
+    log = ptxas.parse_ptxas_log(_advisories_at_the_end(CANARY_LOG.read_text()))
+    assert [(a.code, a.arch, a.function) for a in log.advisories] == [("C7519", None, SERIALIZED),
+                                                                       ("C7518", None, SERIALIZED)]
+    for arch in ("sm_80", "sm_89", "sm_90", "sm_90a"):
+        assert [a.code for a in ptxas.advisories_for(log, SERIALIZED, arch)] == ["C7518"]
+    assert ptxas.unattributed_advisories(log) == []
+
+
+def test_advisories_after_the_last_entry_are_given_to_the_kernels_they_name():
+    """The wgmma fixture with every advisory moved to the end: the same three kernels are voided as when the
+    advisories head their block; the clean kernel and the one with only an injected-arrive note are not."""
+    log = ptxas.parse_ptxas_log(_advisories_at_the_end(WGMMA.read_text()))
+    assert all(a.arch is None for a in log.advisories) and len(log.advisories) == 6
+    voided = {k.symbol for k in log.kernels if ptxas.advisories_for(log, k.symbol, k.arch)}
+    assert voided == {"_Z17wgmma_extern_callPfmm", "_Z15wgmma_divergentPfmmi", "_Z17wgmma_acc_touchedPfmm"}
+    assert ptxas.unattributed_advisories(log) == []
+
+
+@pytest.mark.parametrize("path, code", [(MAXNREG, "C7508"), (MAXNREG_RDC, "C7504")])
+def test_an_advisory_after_the_last_entry_that_names_no_kernel_is_returned_not_dropped(path, code):
+    """setmaxnreg-ignored lines name no function: at the top of a block they void every kernel of it; moved to the
+    end of the log they can be pinned on no kernel, and unattributed_advisories returns them."""
+    log = ptxas.parse_ptxas_log(_advisories_at_the_end(path.read_text()))
+    assert all(not ptxas.advisories_for(log, k.symbol, k.arch) for k in log.kernels)
+    lost = ptxas.unattributed_advisories(log)
+    assert lost and {a.code for a in lost} == {code} and all(a.function is None for a in lost)
+
+
+def test_a_trailing_note_is_not_a_problem():
+    """An injected warpgroup.arrive (C7519) is a note wherever it is printed."""
+    log = ptxas.parse_ptxas_log(_advisories_at_the_end(CANARY_LOG.read_text(), codes=("C7519",)))
+    assert [(a.code, a.arch) for a in log.advisories] == [("C7518", "sm_90a"), ("C7519", None)]
+    assert ptxas.unattributed_advisories(log) == []
+
+
+def test_stage_fails_a_kernel_named_by_a_trailing_advisory_and_reports_one_that_names_none(tmp_path):
+    """The canary with its advisories at the end of its log is still caught, the reason saying where the line was;
+    a setmaxnreg-ignored line at the end of the kernels' log concerns no kernel: an error of the stage."""
+    canary = tmp_path / "canary_trailing.log"
+    canary.write_text(_advisories_at_the_end(CANARY_LOG.read_text()))
+    out = derive(make_pack(tmp_path, logs=(CUDA13, canary), kernels=WITH_CANARY))
+    assert out.status == PASS, out.reason  # the canary's result is not the stage's
+    (row,) = next(c for c in out.data["canaries"] if c["name"] == "canary_serialized_wgmma")["kernels"]
+    assert row["status"] == FAIL and row["reason"].startswith(
+        "ptxas C7518 wgmma serialised (printed after the log's last entry: every arch of this kernel): `ptxas info")
+    lost = tmp_path / "kernels_trailing.log"
+    lost.write_text(CUDA13.read_text() + MAXNREG.read_text().splitlines()[1] + "\n")
+    out = derive(make_pack(tmp_path / "b", logs=(lost,)))
+    assert out.status == ERROR
+    assert out.data["problems"] == ["obj0_kernels_trailing.log: ptxas advisory printed after the last entry concerns "
+                                    "no kernel of the log: `ptxas info    : (C7508) Potential Performance Loss: "
+                                    "'setmaxnreg' ignored; unable to determine register count at entry.`"]

@@ -132,3 +132,93 @@ def test_memcheck_without_a_leak_summary_is_incomplete():
 def test_unknown_tool_is_rejected():
     with pytest.raises(ValueError, match="unknown sanitizer tool"):
         parse_sanitizer("", "leakcheck")
+
+
+# ---- a log that disagrees with itself ---------------------------------------------------------------------
+# Real logs (fixtures/README.md): a clean cell's log of reference pack 20261121T142018Z-b40b5c2fd4c6 (or a
+# clean probe log) with the `=========` lines of a canary's log of that pack (or of the fault probe) spliced
+# in: problem records above the clean summary, or the canary's summary after it. The tool prints one summary
+# of each kind and lists its records above it; a log holding both cannot be clean.
+
+
+def _tool_lines(name: str, summaries: bool) -> str:
+    """The `=========` lines of a fixture log (records with their stacks; its summaries if asked), no banner."""
+    text = (FIX / name).read_text(encoding="utf-8")
+    return "".join(ln for ln in text.splitlines(True) if ln.startswith("=========") and "COMPUTE-SANITIZER" not in ln
+                   and ("SUMMARY" not in ln or summaries))
+
+
+def _above_the_summaries(clean: str, lines: str) -> str:
+    head, *rest = (FIX / clean).read_text(encoding="utf-8").splitlines(True)
+    return head + lines + "".join(rest)
+
+
+@pytest.mark.parametrize(("clean", "canary", "tool", "record"), [
+    ("pack_memcheck_scalar.log", "pack_memcheck_canary_oob_write.log", "memcheck", "Invalid __global__ write"),
+    ("pack_racecheck_mma.log", "pack_racecheck_canary_smem_race.log", "racecheck", "Race reported"),
+    ("san_initcheck_clean.txt", "pack_initcheck_canary_uninit_read.log", "initcheck",
+     "Uninitialized __global__ memory read"),
+    ("san_synccheck_clean.txt", "san_synccheck_divsync.txt", "synccheck", "Barrier error detected"),
+])
+def test_records_under_a_zero_summary_are_not_clean(clean, canary, tool, record):
+    text = _above_the_summaries(clean, _tool_lines(canary, summaries=False))
+    assert record in text and text.count("SUMMARY") == (2 if tool == "memcheck" else 1)
+    res = parse_sanitizer(text, tool)
+    assert res.summary_found and (res.errors, res.hazards or 0, res.leaked_bytes or 0) == (0, 0, 0)
+    assert res.records[0] == record and res.conflicts == () and not res.clean
+    status, reason = cell_status(res, 0, timed_out=False)
+    assert status == "fail"
+    assert reason.endswith(f": {record}; the log holds problem records ({record}) under a summary of 0")
+
+
+@pytest.mark.parametrize("dirty_first", [False, True])
+def test_two_racecheck_summaries_that_disagree_take_the_worst(dirty_first):
+    """Whichever comes first: the 4-hazard summary counts, and the reason says the log disagrees."""
+    clean = (FIX / "pack_racecheck_mma.log").read_text(encoding="utf-8")
+    race = _tool_lines("pack_racecheck_canary_smem_race.log", summaries=True)
+    text = race + clean if dirty_first else clean + race
+    res = parse_sanitizer(text, "racecheck")
+    assert (res.errors, res.hazards, res.warnings) == (4, 4, 0) and not res.clean
+    order = ("4 hazards (4 errors, 0 warnings); 0 hazards (0 errors, 0 warnings)" if dirty_first else
+             "0 hazards (0 errors, 0 warnings); 4 hazards (4 errors, 0 warnings)")
+    assert res.conflicts == (f"2 RACECHECK SUMMARY lines disagree ({order}): the worst is counted",)
+    assert res.to_json()["summary_conflicts"] == list(res.conflicts)
+    assert cell_status(res, 0, timed_out=False) == (
+        "fail", f"4 errors, 4 hazards: Race reported; {res.conflicts[0]}")
+
+
+def test_summaries_alone_that_disagree_are_not_clean():
+    """Only summary lines (no record): the clean memcheck cell with the canary's LEAK / ERROR SUMMARY appended,
+    and the clean synccheck probe with the divergent-sync probe's ERROR SUMMARY: the worst count of each kind."""
+    text = (FIX / "pack_memcheck_scalar.log").read_text(encoding="utf-8") + "".join(
+        ln for ln in _tool_lines("pack_memcheck_canary_oob_write.log", summaries=True).splitlines(True)
+        if "SUMMARY" in ln)
+    res = parse_sanitizer(text, "memcheck")
+    assert (res.errors, res.leaked_bytes, res.records) == (5, 17408, ()) and not res.clean
+    assert res.conflicts == (
+        "2 LEAK SUMMARY lines disagree (0 bytes leaked in 0 allocations; 17408 bytes leaked in 4 allocations): "
+        "the worst is counted",
+        "2 ERROR SUMMARY lines disagree (0 errors; 5 errors): the worst is counted")
+    assert cell_status(res, 0, timed_out=False) == ("fail", "5 errors, 17408 bytes leaked; " + "; ".join(res.conflicts))
+    sync, _ = _probe("synccheck", "clean")
+    res = parse_sanitizer(sync + "========= ERROR SUMMARY: 64 errors\n", "synccheck")
+    assert res.errors == 64 and not res.clean and "(0 errors; 64 errors)" in cell_status(res, 0, False)[1]
+
+
+def test_a_summary_printed_twice_alike_is_still_clean():
+    """Agreeing summaries are not a conflict (nothing to hide): the clean cells stay clean, and their JSON has
+    no `summary_conflicts` key (the sanitize data of every committed pack is unchanged)."""
+    for name, tool in (("pack_memcheck_scalar.log", "memcheck"), ("pack_racecheck_mma.log", "racecheck")):
+        text = (FIX / name).read_text(encoding="utf-8")
+        summaries = "".join(ln for ln in text.splitlines(True) if "SUMMARY" in ln)
+        res = parse_sanitizer(text + summaries, tool)
+        assert res.clean and res.conflicts == () and "summary_conflicts" not in res.to_json()
+        assert res.to_json() == parse_sanitizer(text, tool).to_json()
+
+
+def test_racecheck_warnings_under_zero_hazards_are_not_clean():
+    """The clean racecheck cell's summary edited to report warnings while displaying 0 hazards."""
+    text = (FIX / "pack_racecheck_mma.log").read_text(encoding="utf-8").replace("0 warnings)", "2 warnings)")
+    res = parse_sanitizer(text, "racecheck")
+    assert (res.hazards, res.warnings) == (0, 2) and not res.clean
+    assert cell_status(res, 0, timed_out=False) == ("fail", "0 errors, 2 warnings")

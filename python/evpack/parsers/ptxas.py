@@ -13,6 +13,13 @@ Performance advisories (CUDA 13.0 prints them as `ptxas info : (C7518) Potential
 at the top of an arch block, before its "N bytes gmem" line) are kept as `PtxasAdvisory`, tagged with
 the arch of the block they were printed in and the function they name (some name none: C7508).
 Those that void a Hopper design -- wgmma serialised, `setmaxnreg` ignored -- are `voids_design`.
+One printed after the last entry of the log has no block: it concerns the entry it names on every arch
+that entry was compiled for (`advisories_for`); one that names no entry of the log concerns no kernel
+it can be pinned on, and `unattributed_advisories` returns it for the stage to report.
+
+ptxas prints one report per entry function and arch, and one "Function properties" block per function
+and arch: a second entry line, register report or properties block for the same (function, arch) is a
+`PtxasParseError`, never resolved by taking one of them.
 """
 from __future__ import annotations
 
@@ -98,7 +105,7 @@ class PtxasAdvisory:
     code: str  # "C7518"
     kind: str  # WGMMA_SERIALIZED, SETMAXNREG_IGNORED or NOTE
     line: str  # the line as ptxas printed it
-    arch: str | None  # the arch block it was printed in (None: no entry followed it)
+    arch: str | None  # the arch block it was printed in (None: no entry followed it, see advisories_for)
     function: str | None  # mangled name it names (a `$N` clone suffix dropped); None when it names none
 
     @property
@@ -212,6 +219,8 @@ def parse_ptxas_log(text: str) -> PtxasLog:
         if m := _RE_FRAME.match(line):
             if props_for is None or arch is None:
                 raise PtxasParseError(f"ptxas: frame line without a 'Function properties' line: {line.strip()!r}")
+            if (props_for, arch) in props:
+                raise PtxasParseError(f"ptxas: two 'Function properties' blocks for {props_for} on {arch}")
             props[(props_for, arch)] = (int(m["stack"]), int(m["stores"]), int(m["loads"]))
             props_for = None
             continue
@@ -257,9 +266,18 @@ def _advisory(code: str, line: str, arch: str | None, function: str | None) -> P
 
 
 def advisories_for(log: PtxasLog, symbol: str, arch: str) -> list[PtxasAdvisory]:
-    """The design-voiding advisories that may concern one entry on one arch: those naming it, and those
-    of its arch block that name no entry of the block (no function, or a device function: ptxas does
-    not say which kernel calls it, so every kernel of the block is suspect)."""
+    """The design-voiding advisories that may concern one entry on one arch: those of its arch block that
+    name it, and those of its arch block that name no entry of the block (no function, or a device
+    function: ptxas does not say which kernel calls it, so every kernel of the block is suspect); and
+    those printed after the log's last entry (no block) that name it, on every arch it was compiled for."""
     entries = {k.symbol for k in log.kernels if k.arch == arch}
-    return [a for a in log.advisories if a.voids_design and a.arch == arch
-            and (a.function == symbol or a.function not in entries)]
+    return [a for a in log.advisories if a.voids_design and (
+        (a.arch == arch and (a.function == symbol or a.function not in entries))
+        or (a.arch is None and a.function == symbol))]
+
+
+def unattributed_advisories(log: PtxasLog) -> list[PtxasAdvisory]:
+    """Design-voiding advisories that `advisories_for` gives to no kernel of the log: printed after its
+    last entry, naming no function or one that is no entry of the log (a problem of the log, not dropped)."""
+    entries = {k.symbol for k in log.kernels}
+    return [a for a in log.advisories if a.voids_design and a.arch is None and a.function not in entries]

@@ -2,7 +2,10 @@
 
 A cell passes only with BOTH a zero exit status and a parsed summary of 0
 errors / 0 hazards (and 0 leaked bytes for memcheck's leak check). A missing
-summary is `error`, never `pass`.
+summary is `error`, never `pass`. The log must also agree with itself: a problem
+record (`Invalid __global__ write`, a race, an uninitialized read, a barrier error)
+under a zero summary, or two summaries of one kind that disagree, is not clean;
+the worst count of each kind is the one reported.
 """
 from __future__ import annotations
 
@@ -37,17 +40,30 @@ class SanitizerResult:
     warnings: int | None  # racecheck only
     leaked_bytes: int | None  # memcheck --leak-check full only
     records: tuple[str, ...]  # first line of each reported problem kind (deduplicated, in order)
+    # one line per summary kind printed more than once with different counts (the worst is the one kept)
+    conflicts: tuple[str, ...] = ()
 
     @property
     def clean(self) -> bool:
-        if not self.summary_found:
+        """Every summary says zero (errors, hazards, warnings, leaked bytes), they agree, and no record."""
+        if not self.summary_found or self.records or self.conflicts:
             return False
-        return self.errors == 0 and (self.hazards or 0) == 0 and (self.leaked_bytes or 0) == 0
+        return self.errors == 0 and not self.hazards and not self.warnings and not self.leaked_bytes
 
     def to_json(self) -> dict:
-        return {"tool": self.tool, "summary_found": self.summary_found, "errors": self.errors,
-                "hazards": self.hazards, "warnings": self.warnings, "leaked_bytes": self.leaked_bytes,
-                "records": list(self.records)}
+        out = {"tool": self.tool, "summary_found": self.summary_found, "errors": self.errors,
+               "hazards": self.hazards, "warnings": self.warnings, "leaked_bytes": self.leaked_bytes,
+               "records": list(self.records)}
+        if self.conflicts:  # only a log that disagrees with itself has the key
+            out["summary_conflicts"] = list(self.conflicts)
+        return out
+
+
+def _disagree(label: str, values: list[str]) -> list[str]:
+    """One line when a summary kind was printed with different counts; none when it agrees (or once)."""
+    if len(set(values)) < 2:
+        return []
+    return [f"{len(values)} {label} lines disagree ({'; '.join(values)}): the worst is counted"]
 
 
 def parse_sanitizer(text: str, tool: str) -> SanitizerResult:
@@ -58,20 +74,27 @@ def parse_sanitizer(text: str, tool: str) -> SanitizerResult:
         rec = m.group(1).removeprefix("Error: ")
         if rec not in records:
             records.append(rec)
-    leak = _LEAK_SUMMARY.search(text)
-    leaked = int(leak.group(1)) if leak else None
+    recs = tuple(records)
+    # every summary line of each kind is read: the worst counts, and a kind printed with different counts
+    # is a conflict (a clean summary cannot hide a second, dirty one, whichever comes first)
+    leaks = [(int(b), int(n)) for b, n in _LEAK_SUMMARY.findall(text)]
+    leaked = max(b for b, _ in leaks) if leaks else None
+    conflicts = _disagree("LEAK SUMMARY", [f"{b} bytes leaked in {n} allocations" for b, n in leaks])
     if tool == "racecheck":
-        m = _RACE_SUMMARY.search(text)
-        if not m:
-            return SanitizerResult(tool, False, None, None, None, leaked, tuple(records))
-        return SanitizerResult(tool, True, int(m.group(2)), int(m.group(1)), int(m.group(3)), leaked, tuple(records))
+        races = [(int(h), int(e), int(w)) for h, e, w in _RACE_SUMMARY.findall(text)]
+        if not races:
+            return SanitizerResult(tool, False, None, None, None, leaked, recs, tuple(conflicts))
+        conflicts += _disagree("RACECHECK SUMMARY", [f"{h} hazards ({e} errors, {w} warnings)" for h, e, w in races])
+        return SanitizerResult(tool, True, max(e for _, e, _ in races), max(h for h, _, _ in races),
+                               max(w for _, _, w in races), leaked, recs, tuple(conflicts))
     counts = [int(x) for x in _ERROR_SUMMARY.findall(text)]
+    conflicts += _disagree("ERROR SUMMARY", [f"{n} errors" for n in counts])
     if not counts:
-        return SanitizerResult(tool, False, None, None, None, leaked, tuple(records))
-    if tool == "memcheck" and leak is None:
+        return SanitizerResult(tool, False, None, None, None, leaked, recs, tuple(conflicts))
+    if tool == "memcheck" and not leaks:
         # --leak-check full always prints a LEAK SUMMARY; without it the summary is incomplete
-        return SanitizerResult(tool, False, max(counts), None, None, None, tuple(records))
-    return SanitizerResult(tool, True, max(counts), None, None, leaked, tuple(records))
+        return SanitizerResult(tool, False, max(counts), None, None, None, recs, tuple(conflicts))
+    return SanitizerResult(tool, True, max(counts), None, None, leaked, recs, tuple(conflicts))
 
 
 def cell_status(result: SanitizerResult, returncode: int | None, timed_out: bool) -> tuple[str, str]:
@@ -86,9 +109,13 @@ def cell_status(result: SanitizerResult, returncode: int | None, timed_out: bool
     if result.clean:
         return "error", f"summary says clean but exit status is {returncode}"
     what = f"{result.errors} errors" + (f", {result.hazards} hazards" if result.hazards else "") + \
+        (f", {result.warnings} warnings" if result.warnings and not result.hazards else "") + \
         (f", {result.leaked_bytes} bytes leaked" if result.leaked_bytes else "")
     first = f": {result.records[0]}" if result.records else ""
-    return "fail", what + first
+    notes = list(result.conflicts)
+    if result.records and not (result.errors or result.hazards):
+        notes.append(f"the log holds problem records ({', '.join(result.records)}) under a summary of 0")
+    return "fail", what + first + "".join(f"; {n}" for n in notes)
 
 
 def canary_caught(result: SanitizerResult, returncode: int | None) -> bool:

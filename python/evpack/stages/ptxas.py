@@ -9,7 +9,8 @@ compiles nothing. Gates per kernel x arch:
   - the symbol names a registry kernel (else: unknown kernel, fail);
   - no ptxas advisory that voids the design (wgmma serialised, `setmaxnreg` ignored) for the kernel
     on that arch, the line quoted in the reason (ptxas.advisories_for: by name, or the whole arch
-    block of the object when ptxas names no entry);
+    block of the object when ptxas names no entry; one printed after the log's last entry by the
+    entry it names, on every arch); one that concerns no kernel of its log is an error;
   - every built kernel has a row for every arch its extension was compiled for (else: error).
 Rows of a variant on an arch outside its registry `archs` (a stub compiled only because the extension
 targets that arch) decide nothing: they go under data["off_target"].
@@ -60,7 +61,8 @@ ROW_KEYS = (
 
 def _advisory_reason(a: ptxas.PtxasAdvisory, symbol: str) -> str:
     what = {ptxas.WGMMA_SERIALIZED: "wgmma serialised", ptxas.SETMAXNREG_IGNORED: "setmaxnreg ignored"}[a.kind]
-    whose = ("" if a.function == symbol else " (ptxas names no function: every kernel of this object on "
+    whose = (" (printed after the log's last entry: every arch of this kernel)" if a.arch is None else
+             "" if a.function == symbol else " (ptxas names no function: every kernel of this object on "
              f"{a.arch})" if a.function is None else f" (in {a.function}, called from a kernel of this object)")
     return f"ptxas {a.code} {what}{whose}: `{a.line}`"
 
@@ -156,6 +158,8 @@ def evaluate(pack_dir: Path) -> tuple[StageOutcome, list[dict]]:
             problems.append(f"{path.name}: no '# nvcc ...' command line (cannot tell which archs were built)")
         if log.advisories:
             info["advisories"] = [dataclasses.asdict(a) | {"voids_design": a.voids_design} for a in log.advisories]
+        problems += [f"{path.name}: ptxas advisory printed after the last entry concerns no kernel of the log: "
+                     f"`{a.line}`" for a in ptxas.unattributed_advisories(log)]
         mod = module_archs.setdefault(f"evpack.{log.extension}" if log.extension else "", [])
         for a in list(log.built_archs) + [k.arch for k in log.kernels]:
             if a not in archs:
