@@ -5,8 +5,10 @@ the check it names (the signature check refuses them all: index.json is signed).
 """
 from __future__ import annotations
 
+import csv
 import json
 import lzma
+import shutil
 
 import pytest
 import reference
@@ -394,3 +396,84 @@ def test_a_ptxas_log_that_reports_a_spill_or_a_serialised_wgmma_does_not_pass(qu
     assert out.status == status and reason in out.reason, (out.status, out.reason)
     labels = json.loads((quick / "pack.json").read_text())["labels"]
     assert _problems(quick) or "resources-clean" not in labels, labels
+
+
+@reference.needs("DEFAULT")
+def test_a_canary_is_caught_by_the_gate_its_schema_names(quick):
+    """Before: the gate each canary must be caught by was read from the pack's canaries/expected.json (the schema
+    named only the canaries). Here memcheck did not catch canary_oob_write (a clean log, exit 0), and expected.json
+    says racecheck must catch it, beside a racecheck cell of it copied from the smem_race canary's: gates_live
+    passed and the pack was sanitizer-clean. The gate now comes from the schema (records/schema.py canary_gates)."""
+    s = quick / "sanitize"
+    clean = (s / "memcheck.scalar.m64n64w2s1.log").read_text().replace("scalar/", "canary_oob_write/")
+    (s / "memcheck.canary_oob_write.m64n64w2s1.log").write_text(clean)
+    procs = json.loads((s / "procs.json").read_text())
+    procs["memcheck.canary_oob_write.m64n64w2s1"]["returncode"] = 0
+    exp_path = quick / "canaries" / "expected.json"
+    expected = json.loads(exp_path.read_text())
+    for e in expected:
+        if e["canary"] == "canary_oob_write":
+            e["caught_by"] = "racecheck"
+    exp_path.write_text(json.dumps(expected, indent=2) + "\n")
+    shutil.copy(s / "racecheck.canary_smem_race.m64n64w2s1.log", s / "racecheck.canary_oob_write.m64n64w2s1.log")
+    procs["racecheck.canary_oob_write.m64n64w2s1"] = dict(procs["racecheck.canary_smem_race.m64n64w2s1"])
+    (s / "procs.json").write_text(json.dumps(procs, indent=2) + "\n")
+    forge(quick, claims=True)
+    from evpack.stages import canaries
+
+    out = canaries.derive(quick / "canaries", quick)
+    assert out.status == ERROR and "canary_oob_write must be caught by memcheck, expected.json says racecheck" \
+        in out.reason, out.reason
+    pj = json.loads((quick / "pack.json").read_text())
+    assert _problems(quick) or (pj["gates"]["gates_live"]["status"] != "pass" and pj["label"] == "evidence:failed")
+
+
+_TENSOR_COUNTERS = ("sm__ops_path_tensor", "sm__inst_executed_pipe_tensor_op_gmma",
+                    "sm__inst_executed_pipe_tensor_op_hmma.sum")
+
+
+def _scale_tensor_counters(log, factor: float) -> None:
+    """The ncu log of wgmma's kernels doing `factor` of their matrix work on the tensor pipe."""
+    out = []
+    for ln in log.read_text().splitlines(True):
+        if ln.startswith('"') and "wgmma" in ln and any(c in ln for c in _TENSOR_COUNTERS):
+            row = next(csv.reader([ln]))
+            row[-1] = str(int(float(row[-1].replace(",", "")) * factor))
+            ln = ",".join(f'"{x}"' for x in row) + "\n"
+        out.append(ln)
+    log.write_text("".join(out))
+
+
+def _smaller_required(calls: list[dict]) -> None:
+    for c in calls:
+        c["required_flops"] //= 10
+        c["tile_padded_flops"] //= 10
+
+
+def _scalar_kind(calls: list[dict]) -> None:
+    for c in calls:
+        c["kind"] = "scalar"
+
+
+@reference.needs("DEFAULT")
+@pytest.mark.parametrize(("factor", "edit", "needle"), [
+    (0.1, _smaller_required, "the manifest says required_flops"),
+    (0.0, _scalar_kind, "the manifest says kind 'scalar', the registry 'tensor'")], ids=["required_flops", "kind"])
+def test_a_tensor_call_is_judged_by_the_registry_and_its_shape_not_its_manifest(quick, factor, edit, needle):
+    """Before: tensor_proof took each call's kind and required FLOPs from the target's manifest. With wgmma's tensor
+    counters scaled to 10% (0%) of the work, dividing the manifest's required_flops by 10 (calling its calls
+    scalar) left executed_tensor_work passing and the pack tensor-cores-verified. The kind is now the registry's,
+    the FLOPs those the call's shape gives (parsers/ncu.py), and a manifest that disagrees is an error naming it."""
+    t = quick / "tensor_proof"
+    _scale_tensor_counters(t / "wgmma.log", factor)
+    mf = t / "wgmma.manifest.json"
+    manifest = json.loads(mf.read_text())
+    edit(manifest["calls"])
+    mf.write_text(json.dumps(manifest, indent=2) + "\n")
+    forge(quick, claims=True)
+    from evpack.stages import tensor_proof
+
+    out = tensor_proof.derive(t, quick)
+    assert out.status == ERROR and "wgmma: call wgmma/" in out.reason and needle in out.reason, out.reason
+    labels = json.loads((quick / "pack.json").read_text())["labels"]
+    assert _problems(quick) or "tensor-cores-verified" not in labels, labels

@@ -13,6 +13,7 @@ import pytest
 from evpack import registry
 from evpack.model import REQUIRED_CANARIES, SCHEMA_VERSION
 from evpack.parsers.ncu import MARKER_KERNEL, parse_ncu_csv, split_at_markers
+from evpack.records.schema import CANARY_GATES
 from evpack.stages import bench as bench_stage
 from evpack.stages import bench_canaries, correctness, stability, tensor_proof
 from evpack.stages import canaries as canaries_stage
@@ -61,6 +62,11 @@ def test_every_cheat_class_has_a_canary_and_its_gate_has_a_source_stage():
     assert {"canary_capture_aware", "canary_output_alias", "canary_fp16_accum", "canary_input_family"} <= set(required)
     assert not {"canary_capture_aware", "canary_fp16_accum"} & (set(REQUIRED_CANARIES[1]) | set(REQUIRED_CANARIES[2]))
     assert set(bench_stage.CANARIES) == set(by_gate["bench"])
+    # the gate a pack of today's schema is judged by (records/schema.py) is the one run() writes for each canary,
+    # and each schema names a gate for every canary it requires
+    assert CANARY_GATES[SCHEMA_VERSION] == {c.name: c.expect_caught_by for c in registry.CANARIES}
+    for version, names in REQUIRED_CANARIES.items():
+        assert set(names) <= set(CANARY_GATES[version]), version
 
 
 def test_canary_sources_exist_and_keep_the_symbol_scheme():

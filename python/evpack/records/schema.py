@@ -25,6 +25,26 @@ _CANARIES_V2 = _CANARIES_V1 + ("canary_memo", "canary_wrong_stream", "canary_par
 _CANARIES_V3 = _CANARIES_V2 + ("canary_capture_aware", "canary_output_alias", "canary_fp16_accum",
                                "canary_input_family", "canary_content_cache", "canary_timing_aware")
 
+# The gate each canary a pack of the schema may plant must be caught by: verify judges a planted canary by this
+# table, never by the pack's canaries/expected.json (which must agree with it). Required canaries and the optional
+# ones (canary_triton_decoy: planted where the build has Triton) alike; a canary missing here is not one the schema
+# knows. Literal pairs: moving a canary to another gate in today's registry must not change an older pack's matrix.
+_CANARY_GATES_V1 = (("canary_oob_write", "memcheck"), ("canary_smem_race", "racecheck"),
+                    ("canary_uninit_read", "initcheck"), ("canary_divergent_sync", "synccheck"),
+                    ("canary_wrong_result", "correctness"), ("canary_second_launch", "stability"),
+                    ("canary_decoy_hmma", "tensor_proof"))
+_CANARY_GATES_V2 = _CANARY_GATES_V1 + (("canary_memo", "stability"), ("canary_wrong_stream", "stability"),
+                                       ("canary_partial_write", "correctness"),
+                                       ("canary_input_mutation", "correctness"), ("canary_side_stream", "bench"),
+                                       ("canary_foreign_work", "tensor_proof"), ("canary_serialized_wgmma", "ptxas"))
+_CANARY_GATES_V3 = _CANARY_GATES_V2 + (("canary_capture_aware", "stability"), ("canary_output_alias", "stability"),
+                                       ("canary_fp16_accum", "sass"), ("canary_input_family", "correctness"),
+                                       ("canary_content_cache", "bench"), ("canary_triton_decoy", "tensor_proof"),
+                                       ("canary_timing_aware", "bench"))
+
+# The call tensor_proof profiles, per kernel (oracles/tensor_target.py CANONICAL): batch, heads, sequence length.
+_TENSOR_PROOF_SHAPE_V1 = (2, 8, 512)
+
 _ROOT_V1 = ("pack.json", "env.json", "report.md", "report.html")
 _ROOT_V2 = _ROOT_V1 + ("comment.md",)
 
@@ -46,6 +66,8 @@ class SchemaSpec:
     version: int
     required_gates: tuple[str, ...]  # gates pack.json must hold (dropping one is a forgery)
     required_canaries: tuple[str, ...]  # planted faults, whatever canaries/expected.json says
+    canary_gates: tuple[tuple[str, str], ...]  # (canary, the gate that must catch it), whatever expected.json says
+    tensor_proof_shape: tuple[int, int, int]  # (B, H, S) of every call tensor_proof profiles
     root_files: tuple[str, ...]  # files at the pack's root (index.json is checked separately)
     prose_keys: frozenset[str]  # keys of stage data that verify never compares (views)
     digest_prose_keys: frozenset[str]  # keys the content digest leaves out
@@ -66,16 +88,19 @@ _PACK_FIELDS_V2 = ("schema_version", "pack_id", "created_utc", "tool_version", "
                    "summary", "timings", "content_digest", "zero_delta", "complete", "signing")
 
 SCHEMAS: dict[int, SchemaSpec] = {
-    1: SchemaSpec(1, _GATES_V1, _CANARIES_V1, _ROOT_V1, _PROSE_V1, _DIGEST_PROSE_V1, False, _PACK_FIELDS_V1),
-    2: SchemaSpec(2, _GATES_V1, _CANARIES_V2, _ROOT_V2, _PROSE_V1, _DIGEST_PROSE_V1, False, _PACK_FIELDS_V2),
-    3: SchemaSpec(3, _GATES_V1, _CANARIES_V3, _ROOT_V2, _PROSE_V1, _DIGEST_PROSE_V1, True, _PACK_FIELDS_V2,
-                  digest_of_outcomes=True),
+    1: SchemaSpec(1, _GATES_V1, _CANARIES_V1, _CANARY_GATES_V1, _TENSOR_PROOF_SHAPE_V1, _ROOT_V1, _PROSE_V1,
+                  _DIGEST_PROSE_V1, False, _PACK_FIELDS_V1),
+    2: SchemaSpec(2, _GATES_V1, _CANARIES_V2, _CANARY_GATES_V2, _TENSOR_PROOF_SHAPE_V1, _ROOT_V2, _PROSE_V1,
+                  _DIGEST_PROSE_V1, False, _PACK_FIELDS_V2),
+    3: SchemaSpec(3, _GATES_V1, _CANARIES_V3, _CANARY_GATES_V3, _TENSOR_PROOF_SHAPE_V1, _ROOT_V2, _PROSE_V1,
+                  _DIGEST_PROSE_V1, True, _PACK_FIELDS_V2, digest_of_outcomes=True),
 }
 CURRENT = SCHEMAS[SCHEMA_VERSION]
 
 # The per-version views older code imported by these names.
 REQUIRED_GATES: dict[int, tuple[str, ...]] = {v: s.required_gates for v, s in SCHEMAS.items()}
 REQUIRED_CANARIES: dict[int, tuple[str, ...]] = {v: s.required_canaries for v, s in SCHEMAS.items()}
+CANARY_GATES: dict[int, dict[str, str]] = {v: dict(s.canary_gates) for v, s in SCHEMAS.items()}
 REQUIRED_ROOT_FILES: dict[int, tuple[str, ...]] = {v: s.root_files for v, s in SCHEMAS.items()}
 
 

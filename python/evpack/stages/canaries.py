@@ -8,6 +8,7 @@ from .. import registry
 from ..markdown import code, text  # report_md: every pack value escaped
 from ..model import REQUIRED_CANARIES, SCHEMA_VERSION
 from ..records.canary import MatrixRow, PlantedCanary, canary_records
+from ..records.schema import CANARY_GATES
 from .base import ERROR, PASS, SKIPPED, StageContext, StageOutcome, other_outcome, read_json, write_json
 from .order import declared
 
@@ -36,9 +37,10 @@ def run(ctx: StageContext) -> None:
                                            for c in registry.CANARIES])
 
 
-def _row(planted: PlantedCanary, stage: str, out: StageOutcome) -> MatrixRow:
-    """The matrix row of one planted canary, from the outcome of the stage that ran it."""
-    name, gate = planted.canary, planted.caught_by
+def _row(planted: PlantedCanary, gate: str, stage: str, out: StageOutcome) -> MatrixRow:
+    """The matrix row of one planted canary, caught (or not) by `gate` (the schema's gate of the canary), from the
+    outcome of the stage that ran it."""
+    name = planted.canary
     found = [r for r in canary_records(out.data) if r.name == name and r.fired_in(gate)]
     if out.status == SKIPPED:
         return MatrixRow(name, planted.fault, gate, stage, SKIPPED, None, f"{stage} skipped: {out.reason}")
@@ -59,10 +61,19 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     if missing:
         return StageOutcome(ERROR, f"gates not proven live: required canaries not planted: {', '.join(missing)}",
                             {"matrix": [], "missing_canaries": missing})
+    # The gate that must catch each canary is the schema's (records/schema.py), never expected.json's: a pack
+    # that names another gate for a canary (one that did catch something) proves nothing about the gate it
+    # was planted for.
+    gates = canary_gates(pack_dir)
+    wrong = [_gate_mismatch(c, gates) for c in expected if gates.get(c.canary) != c.caught_by]
+    if wrong:
+        return StageOutcome(ERROR, f"canaries/expected.json disagrees with schema {pack_schema(pack_dir)}: "
+                            + "; ".join(wrong), {"matrix": [], "gate_mismatches": wrong})
     # A stage this pack never ran (e.g. bench in an `oracles` pack) leaves its canaries not run, not failed.
     outcomes = {s: other_outcome(s, pack_dir) if (pack_dir / s).is_dir()
                 else StageOutcome(SKIPPED, f"{s} is not in this pack") for s in set(SOURCE_STAGE.values()) | set(BUILD_TIME_SOURCE.values())}
-    rows = [_row(c, source_stage(c.caught_by), outcomes[source_stage(c.caught_by)]) for c in expected]
+    rows = [_row(c, gates[c.canary], source_stage(gates[c.canary]), outcomes[source_stage(gates[c.canary])])
+            for c in expected]
     problems = [f"gate not live: {r.gate} did not catch {r.canary} ({r.observed})" for r in rows if r.status == ERROR]
     statuses = [r.status for r in rows]
     matrix = [r.to_json() for r in rows]
@@ -95,6 +106,17 @@ def pack_schema(pack_dir: Path) -> int:
 def required_canaries(pack_dir: Path) -> tuple[str, ...]:
     """The canaries every pack of this pack's schema must have planted (a running pack: the current schema)."""
     return REQUIRED_CANARIES[pack_schema(pack_dir)]
+
+
+def canary_gates(pack_dir: Path) -> dict[str, str]:
+    """The gate that must catch each canary a pack of this pack's schema may plant (records/schema.py)."""
+    return CANARY_GATES[pack_schema(pack_dir)]
+
+
+def _gate_mismatch(planted: PlantedCanary, gates: dict[str, str]) -> str:
+    if planted.canary not in gates:
+        return f"{planted.canary} is not a canary of this schema (expected.json: caught by {planted.caught_by})"
+    return f"{planted.canary} must be caught by {gates[planted.canary]}, expected.json says {planted.caught_by}"
 
 
 def _caught_names(rows: list[MatrixRow]) -> str:

@@ -9,15 +9,18 @@ kernel of another registered variant or config, which the reason names) fails th
 kernels' tensor FLOPs count. The foreign-work canary (cuBLAS does the matrix products) must fail that way."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .. import registry
 from ..markdown import text  # report_md: every pack value escaped
-from ..parsers.ncu import COVERAGE_MIN, METRICS, parse_ncu_csv, split_at_markers
+from ..parsers.ncu import COVERAGE_MIN, METRICS, parse_ncu_csv, required_flops, split_at_markers, tile_padded_flops
 from ..parsers.symbols import describe, parse_symbol
 from ..records.canary import OBSERVED_FIRST, CanaryRecord
+from ..records.schema import SCHEMAS
 from ..tools import find_tool
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
+from .canaries import pack_schema
 from .order import declared
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, variants_to_run
 
@@ -51,6 +54,37 @@ def run(ctx: StageContext) -> None:
     record_binary(ctx.dir, [ctx.dir / f"{j.name}.manifest.json" for j in jobs if j.name not in CANARIES])
 
 
+_CONFIG_NAME = re.compile(r"m(\d+)n(\d+)w\d+s\d+")
+_CALL_FIELDS = ("variant", "kind", "config", "dtype", "B", "H", "S", "D", "causal", "required_flops",
+                "tile_padded_flops")
+
+
+def _call_problem(name: str, call: dict, shape: tuple[int, int, int]) -> str | None:
+    """What is wrong with a manifest call's claims: its kind is the registry's (the variant's, or the canary's),
+    its shape the schema's canonical one, its required and tile-padded FLOPs those its shape and config give
+    (parsers/ncu.py, as oracles/tensor_target.py computes them). None when it holds."""
+    variant, kind, config, dtype, b, h, s, d, causal, required, padded = map(call.get, _CALL_FIELDS)
+    where = f"{name}: call {variant}/{config} {dtype} D={d} causal={causal}"
+    if variant != name:
+        return f"{where}: the manifest of {name} holds a call of another variant"
+    try:
+        var = registry.get(name, include_canaries=True)
+    except ValueError:
+        return f"{where}: {name} is not a registered variant or canary"
+    if kind != var.kind:
+        return f"{where}: the manifest says kind {kind!r}, the registry {var.kind!r}"
+    cfg = _CONFIG_NAME.fullmatch(str(config))
+    if cfg is None or not all(type(x) is int for x in (b, h, s, d)) or type(causal) is not bool:
+        return f"{where}: the manifest does not give the call's config, shape and causality"
+    if (b, h, s) != shape:
+        return f"{where}: the manifest says B={b} H={h} S={s}, tensor_proof profiles B={shape[0]} H={shape[1]} " \
+               f"S={shape[2]}"
+    want = (("required_flops", required, required_flops(b, h, s, d, causal)),
+            ("tile_padded_flops", padded, tile_padded_flops(b, h, s, d, causal, int(cfg[1]), int(cfg[2]))))
+    wrong = [f"{k} {got!r}, its shape gives {v}" for k, got, v in want if got != v]
+    return f"{where}: the manifest says {'; '.join(wrong)}" if wrong else None
+
+
 def _rows(stage_dir: Path, name: str) -> tuple[str | None, list[dict]]:
     problem = proc_problem(stage_dir, name)
     if problem:
@@ -58,10 +92,15 @@ def _rows(stage_dir: Path, name: str) -> tuple[str | None, list[dict]]:
     try:
         manifest = read_json(stage_dir / f"{name}.manifest.json")
         calls = manifest["calls"]
+        shape = SCHEMAS[pack_schema(stage_dir.parent)].tensor_proof_shape
+        wrong = [p for p in (_call_problem(name, c, shape) if isinstance(c, dict) else f"{name}: a call that is not "
+                             f"an object" for c in calls) if p]
+        if wrong:
+            return "; ".join(wrong[:3]) + (f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else ""), []
         kernels = parse_ncu_csv((stage_dir / f"{name}.log").read_text(encoding="utf-8", errors="replace"))
         if manifest.get("marker"):
             return _rows_by_marker(name, calls, split_at_markers(kernels, manifest["marker"]))
-    except (FileNotFoundError, ValueError, KeyError) as exc:
+    except (FileNotFoundError, ValueError, KeyError, TypeError) as exc:
         return f"{name}: unreadable ncu output or manifest ({exc})", []
     if len(kernels) != len(calls):
         return f"{name}: ncu profiled {len(kernels)} launches but the target made {len(calls)} calls", []
