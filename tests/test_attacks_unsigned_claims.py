@@ -477,3 +477,91 @@ def test_a_tensor_call_is_judged_by_the_registry_and_its_shape_not_its_manifest(
     assert out.status == ERROR and "wgmma: call wgmma/" in out.reason and needle in out.reason, out.reason
     labels = json.loads((quick / "pack.json").read_text())["labels"]
     assert _problems(quick) or "tensor-cores-verified" not in labels, labels
+
+
+def _derived(pack, stage: str) -> tuple[dict, list[str]]:
+    """The stage's outcome and the labels, as the forged pack stores them (its claims re-derived from its files)."""
+    return (json.loads((pack / stage / "outcome.json").read_text()),
+            json.loads((pack / "pack.json").read_text())["labels"])
+
+
+def _rewrite_rows(path, edit) -> None:
+    """An oracle result edited: plain JSON, or the xz-stored form (packfs.write_stored)."""
+    if path.name.endswith(".xz"):
+        data = json.loads(lzma.decompress(path.read_bytes()))
+        edit(data["rows"])
+        write_stored(path, (json.dumps(data) + "\n").encode())
+    else:
+        data = json.loads(path.read_text())
+        edit(data["rows"])
+        path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+@reference.needs("DEFAULT")
+@pytest.mark.parametrize("err", ["over_bound", "nan"])
+def test_a_correctness_row_over_its_bound_is_not_within_it_whatever_its_passed_flag_says(quick, err):
+    """Before: correctness counted a case by its stored `passed` flag, so a row whose max_err was 50x its bound (or
+    NaN) but said passed: true was 'within the bound' and the pack correctness-verified. The verdict is now
+    re-computed as the oracle computes it, and a flag that contradicts the row's numbers is an error naming it."""
+    def edit(rows):
+        row = rows[5]
+        assert row["passed"] is True
+        row["max_err"] = row["bound"] * 50 + 1.0 if err == "over_bound" else float("nan")
+        row["margin"] = row["bound"] - row["max_err"]  # passed left true
+
+    _rewrite_rows(quick / "correctness" / "wgmma.json.xz", edit)
+    forge(quick, claims=True)
+    assert _problems(quick) == []  # the claims are what the files give ...
+    outcome, labels = _derived(quick, "correctness")
+    assert outcome["status"] == ERROR and "wgmma: row 5 (" in outcome["reason"], outcome["reason"]
+    assert "records passed=True but its numbers give False" in outcome["reason"]
+    assert "correctness-verified" not in labels and "evidence:failed" in labels, labels  # ... and they say so
+
+
+@reference.needs("DEFAULT")
+def test_a_correctness_canary_within_the_bound_is_not_caught_by_a_passed_false_flag(quick):
+    """Before: canary_wrong_result counted as caught when its rows said passed: false, even with every error within
+    the bound (the planted fault not seen). A canary is caught only when its numbers show the failure."""
+    def edit(rows):
+        for row in rows:
+            assert row["passed"] is False and row["nonfinite"] == 0 and row["inputs_changed"] == 0
+            row["max_err"] = row["bound"] / 4
+            row["margin"] = row["bound"] - row["max_err"]
+
+    _rewrite_rows(quick / "correctness" / "canary_wrong_result.json", edit)
+    forge(quick, claims=True)
+    assert _problems(quick) == []
+    outcome, labels = _derived(quick, "correctness")
+    (entry,) = [c for c in outcome["data"]["canaries"] if c["name"] == "canary_wrong_result"]
+    assert not entry["caught"] and entry["observed"] == ERROR, entry
+    assert outcome["status"] == ERROR and "canary_wrong_result: row 0 (" in outcome["reason"], outcome["reason"]
+    assert "evidence:complete" not in labels and "evidence:failed" in labels, labels
+
+
+def _unstable(row):
+    row["eager"].update(mismatched_launches=37, mismatched_elements=4096, inputs_changed=5)
+    row["eager"]["refill"]["bad_rounds"] = 2
+    row["graph"].update(mismatched_replays=12, mismatched_elements=512)
+
+
+def _crashed(row):
+    row["error"] = "CUDA error: an illegal memory access was encountered"  # first_error left null
+
+
+@reference.needs("DEFAULT")
+@pytest.mark.parametrize("edit", [_unstable, _crashed], ids=["mismatched_launches", "cuda_error"])
+def test_an_unstable_or_crashed_stability_row_is_not_stable_whatever_its_passed_flag_says(quick, edit):
+    """Before: stability counted a row by its stored `passed` flag, so one recording 37 eager launches and 12 graph
+    replays that differed bitwise (or a CUDA error) but saying passed: true was stable. The verdict is now
+    re-computed from the row's fields as the oracle computes it; a contradicting flag is an error naming the row."""
+    def rows_edit(rows):
+        assert rows[0]["passed"] is True
+        edit(rows[0])  # passed left true
+
+    _rewrite_rows(quick / "stability" / "wgmma.json", rows_edit)
+    forge(quick, claims=True)
+    assert _problems(quick) == []
+    outcome, labels = _derived(quick, "stability")
+    assert outcome["status"] == ERROR and "wgmma: row 0 (" in outcome["reason"], outcome["reason"]
+    assert "records passed=True but its fields give False" in outcome["reason"]
+    assert "correctness-verified" not in labels and "evidence:failed" in labels, labels

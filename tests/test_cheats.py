@@ -393,10 +393,19 @@ def test_the_capture_and_alias_canaries_are_caught_only_by_their_own_checks(tmp_
     assert "outputs of calls [0, 1, 2] of 4 changed after later calls" in alias["reason"]
     # the same canaries failing some other way do not count as caught by their check
     _planted(d, stability.CAPTURE_CANARY, _with_new_checks(
-        [dict(r, variant=stability.CAPTURE_CANARY, passed=False) for r in rows], _own_node))
+        [dict(r, variant=stability.CAPTURE_CANARY, passed=False,
+              eager=dict(r["eager"], mismatched_launches=3, mismatched_elements=96)) for r in rows], _own_node))
     out = stability.derive(d, tmp_path)
     cap = next(c for c in out.data["canaries"] if c["name"] == stability.CAPTURE_CANARY)
     assert not cap["caught"] and cap["observed"] == "fail: failed checks none"
+    assert out.status == PASS, out.reason
+    # nor does a passed: false flag that the rows' own fields contradict: an error of the stage, naming the row
+    _planted(d, stability.CAPTURE_CANARY, _with_new_checks(
+        [dict(r, variant=stability.CAPTURE_CANARY, passed=False) for r in rows], _own_node))
+    out = stability.derive(d, tmp_path)
+    cap = next(c for c in out.data["canaries"] if c["name"] == stability.CAPTURE_CANARY)
+    assert not cap["caught"] and cap["observed"] == "error: failed checks none"
+    assert out.status == ERROR and "canary_capture_aware: row 0 (" in out.reason, out.reason
 
 
 @pytest.mark.parametrize("alias,needle", [

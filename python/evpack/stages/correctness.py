@@ -142,7 +142,10 @@ def _variant_status(stage_dir: Path, name: str) -> tuple[str, str, list[dict]]:
         return ERROR, f"{name}: no readable result ({exc})", []
     if not rows:
         return ERROR, f"{name}: the oracle checked no case", []
-    bad = [r for r in rows if not r["passed"]]
+    mismatch = flag_mismatch(rows)
+    if mismatch:
+        return ERROR, f"{name}: {mismatch}", rows
+    bad = [r for r in rows if not row_passed(r)]
     if bad:
         out = [r for r in bad if not r["max_err"] <= r["bound"]]
         if not out:  # every failed case was within the bound: the input comparison failed them
@@ -155,6 +158,30 @@ def _variant_status(stage_dir: Path, name: str) -> tuple[str, str, list[dict]]:
                   f"> bound {w['bound']:.3g}")
         return FAIL, reason + _cheat_notes(bad), rows
     return PASS, f"{name}: {len(rows)} cases within bound", rows
+
+
+def row_passed(row: dict) -> bool:
+    """A case's verdict from its numbers, as the oracle decides it (oracles/correctness.py): every output element
+    finite, max_err <= bound (a NaN error is a failure) and no input element changed. Rows of older oracles that
+    do not record nonfinite or inputs_changed are judged on the fields they hold."""
+    return row.get("nonfinite", 0) == 0 and row["max_err"] <= row["bound"] and row.get("inputs_changed", 0) == 0
+
+
+def flag_mismatch(rows: list[dict]) -> str | None:
+    """The first row whose stored `passed` disagrees with its own numbers (row_passed), named; None when every
+    flag agrees. derive() never takes a verdict from the flag, and a result whose flags contradict its numbers
+    was not written by the oracle as it stands."""
+    for i, r in enumerate(rows):
+        try:
+            ok = row_passed(r)
+        except (KeyError, TypeError) as exc:
+            return f"row {i} has no readable verdict ({type(exc).__name__}: {exc})"
+        if r.get("passed") is not ok:
+            return (f"row {i} ({r['config']} {r['dtype']} D={r['D']} S={r['S']} causal={r['causal']}) records "
+                    f"passed={r.get('passed')} but its numbers give {ok} (err {r['max_err']:.3g}, bound "
+                    f"{r['bound']:.3g}, nonfinite {r.get('nonfinite', '-')}, inputs changed "
+                    f"{r.get('inputs_changed', '-')})")
+    return None
 
 
 def _cheat_notes(bad: list[dict]) -> str:
@@ -238,7 +265,13 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         per_variant[n] = {"status": status, "reason": reason, "cases": len(rows),
                           "min_margin": min((r["margin"] for r in rows), default=None),
                           "max_err": max((r["max_err"] for r in rows), default=None)}
-    canaries = [_canary_entry(stage_dir, c) for c in CANARIES if c in procs]
+    canaries = []
+    for c in (c for c in CANARIES if c in procs):
+        entry, rows = _canary(stage_dir, c)
+        canaries.append(entry)
+        mismatch = flag_mismatch(rows)
+        if mismatch:  # a canary result whose flags contradict its numbers: the stage's record is not the oracle's
+            results[c] = (ERROR, f"{c}: {mismatch}")
     status = worst(s for s, _ in results.values())
     reason = "; ".join(r for s, r in results.values() if s != PASS) or \
         f"{sum(v['cases'] for v in per_variant.values())} cases within the bound for {', '.join(names)}"
@@ -260,17 +293,23 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
 
 
 def _canary_entry(stage_dir: Path, name: str) -> dict:
-    """The canary's row of the matrix: caught when this gate failed it; the family canary only when a case of
-    a structured family failed (its fault is invisible to the normal grid and to the older families)."""
+    """The canary's row of the matrix (_canary)."""
+    return _canary(stage_dir, name)[0]
+
+
+def _canary(stage_dir: Path, name: str) -> tuple[dict, list[dict]]:
+    """The canary's row of the matrix, and its result rows: caught when this gate failed it on its numbers (a row
+    flagged failed whose numbers are within the bound is an ERROR, never a catch); the family canary only when a
+    case of a structured family failed (its fault is invisible to the normal grid and to the older families)."""
     status, reason, rows = _variant_status(stage_dir, name)
     entry = CanaryRecord(name, status == FAIL, status, expected="fail", reason=reason, layout=OBSERVED_FIRST)
     if name == FAMILY_CANARY:
-        failed = sorted({r.get("dist", "normal") for r in rows if not r["passed"]})
+        failed = sorted({r.get("dist", "normal") for r in rows if not row_passed(r)})
         structured = [f for f in failed if f in STRUCTURED_FAMILIES]
         entry = replace(entry, expected=f"fail on a structured family ({', '.join(STRUCTURED_FAMILIES)})",
                         caught=status == FAIL and bool(structured),
                         observed=f"{status}: failed families {', '.join(failed) or 'none'}")
-    return entry.to_json()
+    return entry.to_json(), rows
 
 
 def _fmt(x) -> str:
@@ -299,7 +338,7 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
             w = min(rows, key=lambda r: r["margin"])
             lines.append(f"| {text(n)} | {text(cfg)} | {text(dt)} | {text(d)} | {len(rows)} | {w['max_err']:.3g} | "
                          f"{w['bound']:.3g} | "
-                         f"{'yes' if all(r['passed'] for r in rows) else 'NO'} |")
+                         f"{'yes' if all(row_passed(r) for r in rows) else 'NO'} |")
     return "\n".join(lines)
 
 

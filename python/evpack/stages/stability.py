@@ -121,6 +121,47 @@ def row_checks(row: dict, schema: int) -> dict[str, list[str]]:
     return checks
 
 
+# Per phase, the counters of its runs that differed (the eager launches, the graph replays).
+MISMATCH_COUNTS = {"eager": ("mismatched_elements", "mismatched_launches"),
+                   "graph": ("mismatched_elements", "mismatched_replays")}
+
+
+def row_passed(row: dict) -> bool:
+    """A row's verdict from its own fields, as the oracle decides it (oracles/stability.py): no CUDA error and, in
+    the eager and the graph phase, no element, launch or replay that differed, no input element changed and no
+    bad in-place refill. Rows of older oracles are judged on the fields they record (the first packs hold no
+    input comparison and no refills). The captured-graph and aliasing checks are derive()'s own (row_checks)."""
+    if row.get("error") is not None:
+        return False
+    for phase, counts in MISMATCH_COUNTS.items():
+        ph = row[phase]
+        if any(ph.get(k, 0) != 0 for k in (*counts, "inputs_changed")):
+            return False
+        if "refill" in ph and ph["refill"]["bad_rounds"] != 0:
+            return False
+    return True
+
+
+def flag_mismatch(rows: list[dict], failed_checks: dict[int, dict]) -> str | None:
+    """The first row whose stored `passed` disagrees with its own fields (row_passed), named; None when every flag
+    agrees. A row flagged failed whose fields are clean agrees only when one of its schema-3 checks failed (the
+    oracle's flag includes them); derive() never takes a verdict from the flag."""
+    for i, r in enumerate(rows):
+        try:
+            ok = row_passed(r)
+        except (KeyError, TypeError, AttributeError) as exc:
+            return f"row {i} has no readable verdict ({type(exc).__name__}: {exc})"
+        flag = r.get("passed")
+        if flag is True and ok or flag is False and (not ok or failed_checks.get(i)):
+            continue
+        return (f"row {i} ({r.get('config')} causal={r.get('causal')}) records passed={flag} but its fields give "
+                f"{ok and not failed_checks.get(i)} (error {r.get('error')!r}, "
+                + ", ".join(f"{phase} {k} {(r.get(phase) or {}).get(k, '-')}"
+                            for phase, counts in MISMATCH_COUNTS.items() for k in (*counts, "inputs_changed"))
+                + ")")
+    return None
+
+
 def _cell(stage_dir: Path, name: str, schema: int) -> tuple[str, str, dict]:
     problem = proc_problem(stage_dir, name)
     if problem:
@@ -132,13 +173,19 @@ def _cell(stage_dir: Path, name: str, schema: int) -> tuple[str, str, dict]:
     rows = res["rows"]
     if not rows:
         return ERROR, f"{name}: no config was checked", res
+    failed_checks = {i: {c: p for c, p in row_checks(r, schema).items() if p} for i, r in enumerate(rows)}
+    mismatch = flag_mismatch(rows, failed_checks)
+    if mismatch:
+        res["flag_mismatch"] = mismatch
+        return ERROR, f"{name}: {mismatch}", res
     if res.get("first_error"):
         return FAIL, f"{name}: CUDA error: {res['first_error']}", res
-    failed_checks = {i: {c: p for c, p in row_checks(r, schema).items() if p} for i, r in enumerate(rows)}
     res["failed_checks"] = sorted({c for f in failed_checks.values() for c in f})
-    bad = [i for i, r in enumerate(rows) if not r["passed"] or failed_checks[i]]
+    bad = [i for i, r in enumerate(rows) if not row_passed(r) or failed_checks[i]]
     if bad:
         r, checks = rows[bad[0]], failed_checks[bad[0]]
+        if r.get("error") is not None:  # a row's CUDA error that first_error does not record
+            return FAIL, f"{name}: {r['config']} causal={r['causal']}: CUDA error: {r['error']}", res
         launches, replays = r["eager"]["mismatched_launches"], r["graph"]["mismatched_replays"]
         parts = [f"{launches} eager launches and {replays} graph replays differ bitwise"] if (
             launches or replays or not checks) else []
@@ -194,6 +241,8 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
             entry = replace(entry, expected=f"fail by the {check} check", caught=c_status == FAIL and check in fired,
                             observed=f"{c_status}: failed checks {', '.join(fired) or 'none'}")
         data["canaries"].append(entry.to_json())
+        if res.get("flag_mismatch"):  # a canary result whose flags contradict its fields: not the oracle's record
+            cells[c] = (ERROR, c_reason)
     status = worst(s for s, _ in cells.values())
     reason = "; ".join(r for s, r in cells.values() if s != PASS) or \
         f"{len(cells)} runs stable (incl. CUDA_LAUNCH_BLOCKING=1 TORCH_USE_CUDA_DSA=1 replays)"
