@@ -59,10 +59,32 @@ def guard_output(path: Path, *, force: bool, names: tuple[str, ...]) -> Path:
     packs = under_packs_folder(path)
     if packs is not None:
         raise PackError(f"{path} is under the packs folder {packs}: only an evidence run writes there")
-    existing = [n for n in names if (path / n).exists()]
+    existing = [n for n in names if (path / n).exists() or (path / n).is_symlink()]
+    folders = [n for n in existing if (path / n).is_dir()]
+    if folders:
+        raise PackError(f"{path / folders[0]} is a folder: it is never replaced by a file")
     if existing and not force:
         raise PackError(f"{path}: {', '.join(existing)} already exist(s); pass --force to replace")
     return path
+
+
+def guard_output_file(path: Path, *, force: bool, option: str) -> Path:
+    """Where a command may write one file (dispatch-table --out, history --plot): guard_output's rules for
+    the folder it goes into, and the path must name a file (not empty, not "/", not a folder)."""
+    if not path.name or path.is_dir():
+        raise PackError(f"{option} {str(path)!r}: a folder or no file name; give the path of the file to write")
+    return guard_output(path.parent, force=force, names=(path.name,)) / path.name
+
+
+def guard_github_outputs(environ=os.environ) -> None:
+    """$GITHUB_OUTPUT and $GITHUB_STEP_SUMMARY (label --format github appends to them): never a file in a
+    pack, a merged verdict or a packs folder."""
+    for var in ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY"):
+        if environ.get(var):
+            path = Path(environ[var]).resolve()
+            if inside_pack(path.parent) is not None or under_packs_folder(path) is not None:
+                raise PackError(f"${var} {environ[var]}: inside a pack or packs folder; "
+                                "a pack is never modified after it is written")
 
 
 def _pack_arg(p: argparse.ArgumentParser, nargs="?") -> None:
@@ -200,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--artifacts", type=Path, default=REPO / "artifacts",
                    help="folder holding packs/ and reference/ (default: the repository's artifacts/)")
     h.add_argument("--format", choices=("text", "json"), default="text")
-    h.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write the trend as a PNG")
+    h.add_argument("--plot", type=Path, default=None, metavar="PATH",
+                   help="write the trend as a PNG (outside any pack or packs folder)")
     h.add_argument("--force", action="store_true", help="replace an existing --plot file")
     h.add_argument("--no-verify", action="store_true",
                    help="list what each pack.json claims without verifying the packs (faster)")
@@ -210,7 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "class, the fastest variant/config that passed, from a complete pack's benchmark.")
     _pack_arg(dt, nargs=None)
     dt.add_argument("--out", type=Path, default=None,
-                    help="where to write the table (default: python/evpack/dispatch_table.json)")
+                    help="where to write the table (default: python/evpack/dispatch_table.json); never inside a "
+                         "pack or packs folder")
+    dt.add_argument("--force", action="store_true", help="replace an existing --out file")
     dt.add_argument("--check", action="store_true", help="only compare with the committed table (exit 1 if stale)")
     rs = sub.add_parser("_run-stage")  # internal: the isolated process of one GPU stage (not listed)
     rs.add_argument("stage")
@@ -300,6 +325,8 @@ def cmd_label(args) -> int:
     from .pack import load_pack_record
     from .verify import verify_all
 
+    if args.format == "github":
+        guard_github_outputs()
     pack = resolve_pack(args.pack)
     if merge_cli.is_merged_verdict(pack):
         return merge_cli.label(args, pack)
@@ -321,14 +348,23 @@ def cmd_label(args) -> int:
 
 def cmd_sign(args) -> int:
     from .provenance.attest import check_signable, sign_finished
+    from .provenance.check import signer_options
     from .provenance.signing import load_signing_key
     from .verify import verify_all
 
     pack = resolve_pack(args.pack)
     if merge_cli.is_merged_verdict(pack):
         raise PackError(f"{pack} is a merged verdict: sign its member packs")
+    verdict = next((p for p in pack.parents if merge_cli.is_merged_verdict(p)), None)
+    if verdict is not None:
+        raise PackError(f"{pack} is a member copy inside the merged verdict {verdict}, which is never modified: "
+                        "sign the original pack, then merge again")
+    host = inside_pack(pack.parent)
+    if host is not None:
+        raise PackError(f"{pack} lies inside the pack {host}: a pack is never modified after it is written")
     check_signable(pack)
     signer = load_signing_key(args.key)  # before the pack is verified: a bad key is exit 2
+    signer_options(args.allowed_signers, False)  # a bad allowed-signers file too: nothing is written
     problems, _ = verify_all(pack, stages=args.stage_package)
     if problems:
         print(f"error: {pack.name} does not verify ({len(problems)} mismatch(es), first: {problems[0]}); "
@@ -351,7 +387,7 @@ def cmd_sign(args) -> int:
 def cmd_report(args) -> int:
     from .reporting.common import load_view
     from .reporting.report_md import render_md
-    from .reporting.write import write_reports
+    from .reporting.write import write_reports_into
     from .verify import verify_all
 
     pack = resolve_pack(args.pack)
@@ -373,7 +409,7 @@ def cmd_report(args) -> int:
         return 0
     out = guard_output(args.out, force=args.force, names=("report.md", "report.html", "comment.md"))
     ensure_writable(out)
-    for path in write_reports(pack, out, outcomes=derived).all():
+    for path in write_reports_into(pack, out, outcomes=derived).all():
         print(f"WROTE {path}")
     return 0
 
@@ -438,11 +474,9 @@ def cmd_history(args) -> int:
 
     if not args.artifacts.is_dir():
         raise PackError(f"history: no artifacts folder at {args.artifacts}")
-    if args.plot is not None:
-        if inside_pack(args.plot.parent) is not None:
-            raise PackError(f"--plot {args.plot}: inside a pack; a pack is never modified")
-        if args.plot.exists() and not args.force:
-            raise PackError(f"--plot {args.plot}: already exists; pass --force to replace")
+    plot_path = None
+    if args.plot is not None:  # checked before anything is printed
+        plot_path = guard_output_file(args.plot, force=args.force, option="--plot")
     from .verify import verify_all
 
     def problems_of(pack: Path) -> list[str]:  # one pack that cannot be read is a row, never the end of the list
@@ -463,8 +497,9 @@ def cmd_history(args) -> int:
     for r in rows:
         if r.error:
             print(f"history: {_one_line(r.pack_id)}: {_one_line(r.error)}", file=sys.stderr)
-    if args.plot is not None:
-        n = plot(rows, args.plot)
+    if plot_path is not None:
+        ensure_writable(plot_path.parent)
+        n = plot(rows, plot_path)
         print(f"history: wrote {args.plot} ({n} point{'s' if n != 1 else ''})", file=sys.stderr)
     return 0
 
@@ -473,7 +508,13 @@ def cmd_dispatch_table(args) -> int:
     from .dispatch import TABLE_PATH, DispatchTableError, generate_table, table_text, write_table
     from .verify import verify_all
 
-    pack = resolve_pack(args.pack)
+    out = None
+    if args.check:
+        if args.out is not None and not args.out.is_file():
+            raise PackError(f"--out {args.out}: no such table file (--check compares with an existing table)")
+    elif args.out is not None:
+        out = guard_output_file(args.out, force=args.force, option="--out")
+    pack = _whole_pack(args.pack, "dispatch-table")
     problems, _ = verify_all(pack)
     if problems:
         raise PackError(f"{pack.name} does not verify ({problems[0]}): no table is made from it")
@@ -486,7 +527,9 @@ def cmd_dispatch_table(args) -> int:
         stale = current != table_text(table)
         print(f"{args.out or TABLE_PATH}: {'stale' if stale else 'up to date'} against {pack.name}")
         return 1 if stale else 0
-    print(f"WROTE {write_table(table, args.out)}")
+    if out is not None:
+        ensure_writable(out.parent)
+    print(f"WROTE {write_table(table, out)}")
     return 0
 
 

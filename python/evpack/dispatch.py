@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import registry
 from .jsonio import read_json, read_member_json
+from .packfs import atomic_file
 from .records.bench import BenchRun, BenchSummary
 
 TABLE_SCHEMA_VERSION = 1
@@ -133,9 +134,8 @@ def table_text(table: dict) -> str:
 def write_table(table: dict, path: Path | None = None) -> Path:
     """Write a table atomically (temp file + rename) to `path` (default: the package's dispatch_table.json)."""
     path = Path(path or TABLE_PATH)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(table_text(table), encoding="utf-8")
-    tmp.replace(path)
+    with atomic_file(path) as f:
+        f.write(table_text(table).encode("utf-8"))
     return path
 
 

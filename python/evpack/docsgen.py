@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import cli, dispatch, gates, labels, model, registry
+from .jsonio import write_text
 from .stages import canaries as canaries_stage
 from .stages import order
 
@@ -496,9 +497,7 @@ def refresh(root: Path = REPO, *, check: bool = False) -> Result:
             outputs[path] = new
     if not check:
         for path, new in outputs.items():
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text(new, encoding="utf-8")
-            tmp.replace(path)
+            write_text(path, new)
             written.append(path)
     missing = tuple(n for n in GENERATORS if n not in seen)
     return Result(tuple(stale), missing, tuple(claims), tuple(written))

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .jsonio import read_json, read_member_json
+from .packfs import atomic_file
 from .records.pack import ABSENT, PackRecord
 
 REPO = Path(__file__).resolve().parents[2]
@@ -208,7 +209,6 @@ def plot(rows: list[PackRow], path: Path) -> int:
         ax.text(0.5, 0.5, "no pack has a canonical speedup yet", transform=ax.transAxes, ha="center")
     ax.legend(fontsize="small")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png", dpi=120)
-    tmp.replace(path)
+    with atomic_file(path) as f:
+        fig.savefig(f, format="png", dpi=120)
     return points

@@ -9,6 +9,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from .packfs import write_bytes
+
 COMPACT_FROM_BYTES = 64 << 10  # a file larger than this indented is written without indentation (machine files)
 MAX_DEPTH = 64  # arrays/objects inside each other; the deepest file a pack holds today is 8 levels
 # A JSON string (its closing quote optional, so an unterminated one ends the scan instead of being
@@ -165,15 +167,9 @@ def json_safe(obj: Any) -> Any:
 def write_json(path: Path, obj: Any) -> None:
     """Atomic JSON write, keys in the order given (schemas keep their order); a non-finite number
     is written as null, so every file a pack holds is strict JSON. Large files without indentation (json_text)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json_text(obj))
-    tmp.replace(path)
+    write_bytes(path, json_text(obj).encode("ascii"))
 
 
 def write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    """Atomic UTF-8 text write (atomic_file)."""
+    write_bytes(path, text.encode("utf-8"))

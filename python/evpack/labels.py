@@ -122,23 +122,35 @@ def format_labels(pack: PackRecord | dict, fmt: str, *, signer: str | None = Non
         lines = [f"label={label}", f"labels={','.join(labels)}", f"signer={signer or ''}"]
         if note:
             lines.append(f"carried={note}")
-        _append_to("GITHUB_OUTPUT", "\n".join(lines) + "\n")
-        _append_to("GITHUB_STEP_SUMMARY", "".join(
+        _append_all({"GITHUB_OUTPUT": "\n".join(lines) + "\n", "GITHUB_STEP_SUMMARY": "".join(
             [f"### Evidence pack `{pack.pack_id}`: **{label}**\n\n"] + ([f"{note}\n\n"] if note else [])
             + ["| gate | status | reason |\n|---|---|---|\n"]
-            + [f"| {g} | {v.status} | {v.reason} |\n" for g, v in pack.gates.items()]))
+            + [f"| {g} | {v.status} | {v.reason} |\n" for g, v in pack.gates.items()])})
         return "\n".join(lines)
     raise ValueError(f"--format must be one of text, json, github, gh-args; got {fmt!r}")
 
 
-def _append_to(var: str, text: str) -> None:
-    """Append to the file an environment variable names (the CI's step outputs), if it is set; an OSError
-    that says which variable named the path."""
-    path = os.environ.get(var)
-    if not path:
-        return
+def _append_all(texts: dict[str, str]) -> None:
+    """Append each text to the file its environment variable names (the CI's step outputs), for those set.
+    Every file is opened before any is written: when one cannot be, none is written (a file this call
+    created is removed again) and the OSError says which variable named the path."""
+    opened: list[tuple[object, str, bool]] = []
     try:
-        with open(path, "a", encoding="utf-8") as f:
+        for var, text in texts.items():
+            path = os.environ.get(var)
+            if not path:
+                continue
+            existed = os.path.lexists(path)
+            try:
+                opened.append((open(path, "a", encoding="utf-8"), text, existed))  # noqa: SIM115 (closed below)
+            except OSError as exc:
+                raise OSError(exc.errno, f"${var} cannot be appended to ({exc.strerror})", path) from None
+    except OSError:
+        for f, _, existed in opened:
+            f.close()
+            if not existed:
+                os.unlink(f.name)
+        raise
+    for f, text, _ in opened:
+        with f:
             f.write(text)
-    except OSError as exc:
-        raise OSError(exc.errno, f"${var} cannot be appended to ({exc.strerror})", path) from None

@@ -14,15 +14,22 @@ A pack is data from anywhere; `verify`, `label`, `report`, `merge` read it befor
   `name`, or its bytes inside an xz stream (`name.xz`, packs written since the pack-size limit) or a gzip
   stream (`name.gz`). `member` finds the one form present; two forms of one member are refused (a reader
   and verify could otherwise read different bytes).
+- Every file the package writes is written atomically (atomic_file): a new hidden file beside it, never a
+  name someone planted (O_EXCL|O_NOFOLLOW), renamed over the target; removed again on any failure.
 
 Standard library only (verify imports it).
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import lzma
+import os
+import secrets
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 MAX_FILE_BYTES = 256 << 20
 MAX_INFLATED_BYTES = 512 << 20
@@ -101,13 +108,47 @@ def compress(data: bytes, suffix: str) -> bytes:
     return data
 
 
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[Any]:
+    """A binary file whose content becomes `path` when the block ends without an exception.
+
+    The bytes go to a new hidden file beside `path`, created with O_CREAT|O_EXCL|O_NOFOLLOW under a
+    random name (a file or symlink someone planted at a temp name is never opened, followed or reused),
+    which is then renamed over `path`. On any failure (an error, an interrupt, `path` a folder) the temp
+    file is removed and `path` is as it was."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"{path.parent}: no free temporary name for {path.name}")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Atomic write of `data` to `path` (atomic_file); the folder is created when missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(path) as f:
+        f.write(data)
+
+
 def write_stored(path: Path, data: bytes) -> None:
     """Write `data` to `path` in the stored form its suffix names (atomic: temp file + rename)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(compress(data, path.suffix if path.suffix in COMPRESSED_SUFFIXES else ""))
-    tmp.replace(path)
+    write_bytes(path, compress(data, path.suffix if path.suffix in COMPRESSED_SUFFIXES else ""))
 
 
 def stored_forms(folder: Path, name: str) -> list[Path]:

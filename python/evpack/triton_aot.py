@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 from . import registry
+from .packfs import write_bytes
 from .triton_pin import triton_pin
 
 SCHEMA_VERSION = 1
@@ -178,9 +179,7 @@ def compile_one(fn, variant: registry.Variant, cfg: registry.TileConfig, dtype: 
 
 
 def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    write_bytes(path, data)
 
 
 def fatbinary(tool: str, cubins: list[tuple[str, Path]], dest: Path) -> None:

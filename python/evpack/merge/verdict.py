@@ -43,10 +43,12 @@ from .record import (
     decide,
     digests,
     is_merged_verdict,
+    load_record,
     member_record,
     source_problems,
     verdict_id,
 )
+from .verify import check_own_files
 
 log = logging.getLogger("evpack")
 
@@ -97,10 +99,39 @@ def check_out(out: Path, members: list[Path], force: bool) -> Path:
     if out.exists() or out.is_symlink():
         if not force:
             raise PackError(f"--out {out} already exists; pass --force to replace a merged verdict")
-        if out.is_symlink() or not out.is_dir() or not (is_merged_verdict(out) or not any(out.iterdir())):
-            raise PackError(f"--out {out} is neither a merged verdict (no {MERGED_FILE}) nor an empty folder: "
+        why = _not_replaceable(out)
+        if why is not None:
+            raise PackError(f"--out {out} is neither a merged verdict nor an empty folder ({why}): "
                             "--force replaces only those")
     return out
+
+
+def _not_replaceable(out: Path) -> str | None:
+    """Why --force may not replace `out`, or None: an empty folder, or a merged verdict by its own
+    merged.json and index.json that holds nothing else (every member folder intact by its index.json)."""
+    if out.is_symlink() or not out.is_dir():
+        return "not a folder"
+    if not any(out.iterdir()):
+        return None
+    if not is_merged_verdict(out):
+        return f"no {MERGED_FILE}"
+    try:
+        record = load_record(out)
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    extra = sorted(p.name for p in out.iterdir() if p.name not in {*VERDICT_FILES, INDEX_FILE, MEMBERS_DIR})
+    if extra:
+        return f"it also holds {extra[0]}"
+    names = {m.get("pack_id") for m in record["members"]}
+    if not all(isinstance(n, str) and PACK_ID_RE.match(n) for n in names):
+        return f"{MERGED_FILE} names a member that is no pack id"
+    try:
+        problems = check_own_files(out, names)
+        for name in sorted(names):
+            problems = problems or check_index(out / MEMBERS_DIR / name)
+    except (OSError, ValueError, PackError) as exc:
+        return str(exc)
+    return problems[0] if problems else None
 
 
 def _verify_member(pack: Path, allowed_signers: Path | None, require_signature: bool,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..binary import sha256_file
 from ..jsonio import read_json
+from ..packfs import write_bytes
 from .signing import SigningError, SigningKey, sign
 from .statement import (
     BINARY_RECORDS,
@@ -121,12 +122,6 @@ def pack_subjects(pack_dir: Path, predicate_type: str = PREDICATE_TYPE) -> list[
     return expected_subjects(predicate_type, sha256_file(pack_dir / INDEX_SUBJECT), records)
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
 def write_provenance(pack_dir: Path, run: RunFacts, signer: SigningKey | None) -> str | None:
     """Write provenance.json (and its signature with a key). The error in one line, or None."""
     if (pack_dir / PROVENANCE_FILE).exists() or (pack_dir / SIGNATURE_FILE).exists():
@@ -134,13 +129,13 @@ def write_provenance(pack_dir: Path, run: RunFacts, signer: SigningKey | None) -
     try:
         statement = build_statement(subjects=pack_subjects(pack_dir), facts=read_pack_facts(pack_dir), run=run)
         data = (json.dumps(statement, indent=2, ensure_ascii=True) + "\n").encode("ascii")
-        _write_bytes(pack_dir / PROVENANCE_FILE, data)
+        write_bytes(pack_dir / PROVENANCE_FILE, data)
     except (OSError, ValueError) as exc:
         return f"provenance.json could not be written: {exc}"
     if signer is None:
         return None
     try:
-        _write_bytes(pack_dir / SIGNATURE_FILE, sign(signer.path, data))
+        write_bytes(pack_dir / SIGNATURE_FILE, sign(signer.path, data))
     except (SigningError, OSError) as exc:
         return f"signing failed: {exc}"
     return None
@@ -162,6 +157,6 @@ def sign_finished(pack_dir: Path, signer: SigningKey) -> None:
     check_signable(pack_dir)
     prov, sig = pack_dir / PROVENANCE_FILE, pack_dir / SIGNATURE_FILE
     try:
-        _write_bytes(sig, sign(signer.path, prov.read_bytes()))
+        write_bytes(sig, sign(signer.path, prov.read_bytes()))
     except OSError as exc:
         raise SigningError(f"cannot write {sig}: {exc.strerror or exc}") from None

@@ -1,8 +1,13 @@
 """Write the three reports of a pack into a folder (the pack itself while it is assembled, or --out)."""
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,3 +47,32 @@ def write_reports(pack_dir: Path, out_dir: Path | None = None, environ: Mapping[
     write_text(files.html, render_html(pack_dir, blocks))
     write_text(files.comment, render_comment(pack_dir, view, os.environ if environ is None else environ))
     return files
+
+
+def write_reports_into(pack_dir: Path, out_dir: Path, outcomes: dict | None = None) -> ReportFiles:
+    """write_reports into a folder outside the pack, all three files or none: they are rendered into a
+    hidden folder inside out_dir, then renamed into place with SIGINT/SIGTERM held back, so an interrupt
+    or an error leaves the previous set (or nothing) and no partial one."""
+    staging = Path(tempfile.mkdtemp(prefix=".reports-", dir=out_dir))
+    try:
+        staged = write_reports(pack_dir, staging, outcomes=outcomes)
+        files = ReportFiles(*(out_dir / p.name for p in staged.all()))
+        with _interrupts_held():
+            for src, dst in zip(staged.all(), files.all(), strict=True):
+                os.replace(src, dst)
+        return files
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block is done (main thread; elsewhere the block runs as is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)

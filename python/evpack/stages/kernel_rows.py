@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from .. import registry
+from ..jsonio import write_text
 from ..records.canary import CanaryRecord
 from .base import ERROR, FAIL, PASS, SKIPPED, read_json, worst
 
@@ -99,6 +100,4 @@ def write_csv(path: Path, df) -> None:
         vals = df[col].dropna()
         if len(vals) and all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
             df[col] = df[col].astype("Int64")
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
+    write_text(path, df.to_csv(index=False))

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..jsonio import read_json, write_json
+from ..jsonio import read_json, write_json, write_text
 
 PROCS_FILE = "procs.json"
 log = logging.getLogger("evpack.stages")
@@ -131,9 +131,7 @@ class SlotPool:
 
     def report(self, stage: str, done: int, total: int) -> None:
         """Cells done of total for the scheduler's progress line (in the pool folder, never the pack)."""
-        tmp = self.dir / "progress" / f".{stage}.tmp"
-        tmp.write_text(json.dumps({"done": done, "total": total}), encoding="utf-8")
-        tmp.replace(self.dir / "progress" / f"{stage}.json")
+        write_text(self.dir / "progress" / f"{stage}.json", json.dumps({"done": done, "total": total}))
 
     def progress(self) -> dict[str, tuple[int, int]]:
         out = {}

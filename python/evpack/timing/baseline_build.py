@@ -32,6 +32,7 @@ from pathlib import Path
 from ..binary import find_built, sha256_file
 from ..buildgen import DEFAULT_ARCHS  # setup.py's default, one definition
 from ..errors import PackError
+from ..jsonio import write_text
 
 BUILD_TIMEOUT_S = 3600
 RESULT_FILE = "result.json"
@@ -190,9 +191,7 @@ def build(worktree: Path, out_dir: Path, *, archs: str, timeout_s: int = BUILD_T
         error = "base build exited 0 but no python/evpack/_C*.so was found"
     res = BuildResult(rc, round(time.monotonic() - t0, 2), archs, str(so) if so else None,
                       sha256_file(so) if so else None, error)
-    tmp = out_dir / f".{RESULT_FILE}.tmp"
-    tmp.write_text(json.dumps(res.to_json(), indent=2) + "\n", encoding="utf-8")
-    tmp.replace(out_dir / RESULT_FILE)
+    write_text(out_dir / RESULT_FILE, json.dumps(res.to_json(), indent=2) + "\n")
     return res
 
 

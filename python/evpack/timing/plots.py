@@ -16,6 +16,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from ..packfs import atomic_file
 from ..records.bench import BenchRow, bench_rows
 
 log = logging.getLogger(__name__)
@@ -104,10 +105,11 @@ def _legend(fig, axes) -> None:
 def _save(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=DPI)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        with atomic_file(path) as f:
+            fig.savefig(f, format="png", dpi=DPI)
+    finally:
+        plt.close(fig)
     return path
 
 
