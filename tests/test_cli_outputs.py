@@ -199,3 +199,25 @@ def test_an_interrupted_report_leaves_no_partial_set(tmp_path):
     _, err = proc.communicate(timeout=60)
     left = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
     assert left in ([], ["comment.md", "report.html", "report.md"]), f"exit {proc.returncode}: left {left} ({err!r})"
+
+
+@pytest.mark.parametrize("var,value", [("EVPACK_CUDA_ARCHS", "garbage"), ("EVPACK_VARIANTS", "nope"),
+                                       ("EVPACK_COMPILER_CACHE", "bogus")])
+def test_a_bad_build_variable_is_refused_before_any_stage(tmp_path, var, value):
+    """Before: the build stage failed on it, an evidence:failed pack was written and the exit was 1."""
+    packs = tmp_path / "packs"
+    env = {k: v for k, v in os.environ.items() if k != "FAKE_PLAN"}
+    proc = run_cli("evidence", "--stages", "build", "--packs-dir", str(packs), env={**env, var: value}, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {var}"), proc.stderr
+    assert not packs.exists() or not any(packs.iterdir())
+
+
+@reference.needs("DEFAULT")
+@pytest.mark.parametrize("command", ["verify", "label"])
+def test_carried_from_must_be_a_folder(tmp_path, command):
+    """Before: a --carried-from that names no folder was reported as a mismatch of the pack (exit 1)."""
+    pack = reference.DEFAULT
+    proc = run_cli(command, str(pack), "--carried-from", str(tmp_path / "nowhere"))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"error: --carried-from {tmp_path / 'nowhere'}: no such folder (give the packs folder or the source pack)"]

@@ -199,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog="exit status: 0 signed (and, with --allowed-signers, the signer is allowed); "
                                "1 the pack does not verify; 2 not a pack / bad key / already signed")
     _pack_arg(sg, nargs=None)
-    sg.add_argument("--key", type=Path, required=True, help="OpenSSH private key (Ed25519) that signs")
+    sg.add_argument("--key", type=Path, required=True,
+                    help="OpenSSH private key that signs: Ed25519 or RSA (verify refuses ECDSA signatures)")
     sg.add_argument("--allowed-signers", type=Path, default=None,
                     help="after signing, require that the signature verifies against this file (else the "
                          "signature is removed again and the exit status is 1)")
@@ -261,11 +262,36 @@ def _baseline(args, selected):
     return spec
 
 
+def check_build_environment(environ) -> None:
+    """The build's environment variables (setup.py reads them), checked before any stage runs: a bad one is
+    one line and exit 2 with nothing written, not a failed pack."""
+    from . import registry
+    from .buildgen import parse_archs
+    from .buildtools import BuildToolError, choose_compiler_cache
+
+    if environ.get("EVPACK_CUDA_ARCHS", "").strip():
+        try:
+            parse_archs(environ["EVPACK_CUDA_ARCHS"])
+        except ValueError as exc:
+            raise PackError(str(exc)) from None
+    wanted = [n.strip() for n in environ.get("EVPACK_VARIANTS", "").split(",") if n.strip()]
+    known = [v.name for v in (*registry.VARIANTS, *registry.CANARIES)]
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise PackError(f"EVPACK_VARIANTS: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    try:
+        choose_compiler_cache(environ)
+    except BuildToolError as exc:
+        raise PackError(str(exc)) from None
+
+
 def cmd_evidence(args, selected) -> int:
     import contextlib
     import time
 
     t_start = time.monotonic()
+    if selected is None or "build" in selected:  # None: every stage
+        check_build_environment(os.environ)
 
     from .evidence import gpu_available, run_evidence
     from .provenance.attest import SigningFailed
@@ -305,9 +331,17 @@ def cmd_evidence(args, selected) -> int:
     return 0 if ok and not problems else 1
 
 
+def _check_carried_from(args) -> None:
+    """--carried-from names a folder (a packs folder or the source pack): anything else is bad input."""
+    where = getattr(args, "carried_from", None)
+    if where is not None and not where.is_dir():
+        raise PackError(f"--carried-from {where}: no such folder (give the packs folder or the source pack)")
+
+
 def cmd_verify(args) -> int:
     from .verify import verify_all
 
+    _check_carried_from(args)
     pack = resolve_pack(args.pack)
     if merge_cli.is_merged_verdict(pack):
         return merge_cli.verify(args, pack)
@@ -327,6 +361,7 @@ def cmd_label(args) -> int:
 
     if args.format == "github":
         guard_github_outputs()
+    _check_carried_from(args)
     pack = resolve_pack(args.pack)
     if merge_cli.is_merged_verdict(pack):
         return merge_cli.label(args, pack)
