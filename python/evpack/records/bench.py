@@ -5,17 +5,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from .view import number, view
+from .view import View, number
 from .view import obj as _obj
-from .view import objects as _objects
 
 # --- bench/summary.json ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class BenchRow:
+class BenchRow(View):
     """One row of summary.json: an implementation (ours or an SDPA backend) at a shape and mode."""
 
     key: Any = None
@@ -45,10 +44,6 @@ class BenchRow:
     calls_per_sample: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
-    @classmethod
-    def from_json(cls, value: Any) -> BenchRow:
-        return view(cls, value)
-
     def speedup(self, backend: str) -> Any:
         return _obj(self.speedup_vs).get(backend)
 
@@ -74,7 +69,7 @@ def bench_rows(rows: Any) -> list[BenchRow]:
 
 
 @dataclass(frozen=True)
-class LeaderEntry:
+class LeaderEntry(View):
     """One row of the leaderboard at the canonical shape, fastest first."""
 
     rank: Any = None
@@ -92,7 +87,7 @@ class LeaderEntry:
 
 
 @dataclass(frozen=True)
-class BenchSummary:
+class BenchSummary(View):
     schema: Any = None
     suite: Any = None
     canonical: Any = None  # the canonical shape's key
@@ -104,14 +99,6 @@ class BenchSummary:
     canonical_speedup_vs: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
-    @classmethod
-    def from_json(cls, value: Any) -> BenchSummary:
-        obj = _obj(value)
-        names = [f.name for f in fields(cls) if f.name not in ("raw", "rows", "leaderboard")]
-        return cls(**{n: obj.get(n) for n in names},
-                   rows=tuple(BenchRow.from_json(r) for r in _objects(obj.get("rows"))),
-                   leaderboard=tuple(view(LeaderEntry, e) for e in _objects(obj.get("leaderboard"))), raw=obj)
-
     def speedups_vs(self) -> dict:
         return dict(_obj(self.canonical_speedup_vs))
 
@@ -119,7 +106,7 @@ class BenchSummary:
 # --- bench/ab.json -----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class AbSide:
+class AbSide(View):
     """One side's statistics of a compared row."""
 
     median_us: Any = None
@@ -129,7 +116,7 @@ class AbSide:
 
 
 @dataclass(frozen=True)
-class AbRow:
+class AbRow(View):
     """A row of ours timed on both sides (rows), or on one side only (new, removed: no sides, a status)."""
 
     key: Any = None
@@ -147,20 +134,13 @@ class AbRow:
     reason: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
-    @classmethod
-    def from_json(cls, value: Any) -> AbRow:
-        obj = _obj(value)
-        names = [f.name for f in fields(cls) if f.name not in ("raw", "base", "head")]
-        return cls(**{n: obj.get(n) for n in names}, base=view(AbSide, obj.get("base")),
-                   head=view(AbSide, obj.get("head")), raw=obj)
-
     @property
     def kernel(self) -> str:
         return f"{self.variant}/{self.config}"
 
 
 @dataclass(frozen=True)
-class AbRule:
+class AbRule(View):
     name: Any = None
     version: Any = None
     conf: Any = None
@@ -175,7 +155,7 @@ class AbRule:
 
 
 @dataclass(frozen=True)
-class AbRecord:
+class AbRecord(View):
     """ab.json (merged over the shards of a sharded benchmark)."""
 
     status: Any = None
@@ -195,14 +175,6 @@ class AbRecord:
     confirm_keys: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
-    @classmethod
-    def from_json(cls, value: Any) -> AbRecord:
-        obj = _obj(value)
-        lists = ("rows", "new", "removed")
-        names = [f.name for f in fields(cls) if f.name not in ("raw", "rule", *lists)]
-        return cls(**{n: obj.get(n) for n in names}, rule=view(AbRule, obj.get("rule")),
-                   **{n: tuple(AbRow.from_json(e) for e in _objects(obj.get(n))) for n in lists}, raw=obj)
-
     @property
     def passed(self) -> bool:
         return self.status == "pass"
@@ -218,7 +190,7 @@ class AbRecord:
 # --- bench/run.json and clocks.json --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class DeviceInfo:
+class DeviceInfo(View):
     name: Any = None
     capability: Any = None
     sm_count: Any = None
@@ -228,14 +200,14 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
-class GpuRef:
+class GpuRef(View):
     index: Any = None
     uuid: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
-class Shard:
+class Shard(View):
     """One GPU's part of a benchmark sharded over several: its folder, its GPU and its shapes."""
 
     dir: Any = None
@@ -249,7 +221,7 @@ class Shard:
 
 
 @dataclass(frozen=True)
-class BenchRun:
+class BenchRun(View):
     """run.json of the bench stage: the device, the cost and, for a sharded benchmark, its shards."""
 
     device: DeviceInfo = field(default_factory=DeviceInfo)
@@ -260,19 +232,9 @@ class BenchRun:
     shards: tuple[Shard, ...] = ()
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
-    @classmethod
-    def from_json(cls, value: Any) -> BenchRun:
-        obj = _obj(value)
-        shards = tuple(view(Shard, s) for s in _objects(obj.get("shards")))
-        return cls(device=view(DeviceInfo, obj.get("device")), gpu_seconds=obj.get("gpu_seconds"),
-                   cost_usd=obj.get("cost_usd"), cost_per_hour=obj.get("cost_per_hour"),
-                   previous_pack_id=obj.get("previous_pack_id"),
-                   shards=tuple(Shard(s.dir, view(GpuRef, s.raw.get("gpu")), s.shapes, s.raw) for s in shards),
-                   raw=obj)
-
 
 @dataclass(frozen=True)
-class ClockReading:
+class ClockReading(View):
     sm_mhz: Any = None
     max_sm_mhz: Any = None
     source: Any = None
@@ -280,7 +242,7 @@ class ClockReading:
 
 
 @dataclass(frozen=True)
-class Clocks:
+class Clocks(View):
     """clocks.json: the SM clock under load before and after the benchmark, and whether it throttled."""
 
     before: ClockReading = field(default_factory=ClockReading)
@@ -289,8 +251,3 @@ class Clocks:
     reason: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
-    @classmethod
-    def from_json(cls, value: Any) -> Clocks:
-        obj = _obj(value)
-        return cls(view(ClockReading, obj.get("before")), view(ClockReading, obj.get("after")),
-                   obj.get("throttled"), obj.get("reason"), raw=obj)

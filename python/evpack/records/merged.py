@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .view import obj, objects, view
+from .view import View
 
 
 @dataclass(frozen=True)
-class MemberGpu:
+class MemberGpu(View):
     name: Any = None
     uuid: Any = None
     compute_capability: Any = None
@@ -21,7 +21,7 @@ class MemberGpu:
 
 
 @dataclass(frozen=True)
-class MemberSignature:
+class MemberSignature(View):
     state: Any = None
     principal: Any = None
     fingerprint: Any = None
@@ -29,7 +29,7 @@ class MemberSignature:
 
 
 @dataclass(frozen=True)
-class Member:
+class Member(View):
     """One member pack: its id, where it is copied, its label, gates, GPU, signature and headline numbers."""
 
     pack_id: Any = None
@@ -43,21 +43,13 @@ class Member:
     digests: Mapping = field(default_factory=dict)  # file -> sha256
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
-    @classmethod
-    def from_json(cls, value: Any) -> Member:
-        o = obj(value)
-        plain = view(cls, o)
-        return cls(pack_id=plain.pack_id, path=plain.path, label=plain.label, labels=plain.labels,
-                   gates=obj(plain.gates), gpu=view(MemberGpu, plain.gpu), signature=view(MemberSignature, plain.signature),
-                   headline=obj(plain.headline), digests=obj(plain.digests), raw=o)
-
     @property
     def gpu_name(self) -> str:
         return str(self.gpu.name or "no GPU")
 
 
 @dataclass(frozen=True)
-class GpuType:
+class GpuType(View):
     name: Any = None
     members: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
@@ -68,7 +60,7 @@ class GpuType:
 
 
 @dataclass(frozen=True)
-class MergeRule:
+class MergeRule(View):
     text: Any = None
     signatures_checked: Any = None
     require_signature: Any = None
@@ -77,7 +69,7 @@ class MergeRule:
 
 
 @dataclass(frozen=True)
-class MergeSource:
+class MergeSource(View):
     commit: Any = None
     dirty: Any = None
     tree_sha256: Any = None
@@ -85,7 +77,7 @@ class MergeSource:
 
 
 @dataclass(frozen=True)
-class MergedRecord:
+class MergedRecord(View):
     verdict_id: Any = None
     label: Any = None
     labels: Any = None
@@ -96,11 +88,3 @@ class MergedRecord:
     members: tuple[Member, ...] = ()
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
-    @classmethod
-    def from_json(cls, value: Any) -> MergedRecord:
-        o = obj(value)
-        plain = view(cls, o)
-        return cls(verdict_id=plain.verdict_id, label=plain.label, labels=plain.labels, gates=obj(plain.gates),
-                   source=view(MergeSource, plain.source), rule=view(MergeRule, plain.rule),
-                   gpu_types=tuple(view(GpuType, t) for t in objects(plain.gpu_types)),
-                   members=tuple(Member.from_json(m) for m in objects(plain.members)), raw=o)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..errors import ModelError
+from .view import obj as _obj
 
 
 class _Absent:
@@ -37,10 +38,6 @@ class _Absent:
 
 
 ABSENT: Any = _Absent()
-
-
-def _obj(value: Any) -> dict:
-    return value if isinstance(value, dict) else {}
 
 
 def _record(cls, value: Any):

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .view import KernelNamed, objects, view
+from .view import KernelNamed, View, objects
 
 
 @dataclass(frozen=True)
-class PtxasRow(KernelNamed):
+class PtxasRow(View, KernelNamed):
     """One kernel of one object on one arch: its resources as ptxas reported them, its budget and occupancy."""
 
     object: Any = None
@@ -42,4 +42,4 @@ class PtxasRow(KernelNamed):
 
 
 def rows_of(value: Any) -> list[PtxasRow]:
-    return [view(PtxasRow, r) for r in objects(value)]
+    return [PtxasRow.from_json(r) for r in objects(value)]

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .view import KernelNamed, objects, view
+from .view import KernelNamed, View, objects
 
 
 @dataclass(frozen=True)
-class SassRow(KernelNamed):
+class SassRow(View, KernelNamed):
     """One function of one module on one arch: who it is, its opcode counts and its proof-gate status."""
 
     module: Any = None
@@ -47,10 +47,6 @@ class SassRow(KernelNamed):
     status: Any = None
     reason: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def from_json(cls, value: Any) -> SassRow:
-        return view(cls, value)
 
     def first_lines(self) -> list[tuple[Any, Any]]:
         """(address, text) of the first tensor-core instructions, as the row holds them."""

@@ -7,7 +7,10 @@ empty one, so a corrupted pack renders as "-" cells rather than a traceback.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+import functools
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any
 
@@ -22,9 +25,40 @@ def objects(value: Any) -> list[Mapping]:
 
 
 def view(cls, value: Any):
-    """cls's fields from a JSON object (None where absent) and the object itself as `raw`."""
+    """cls's fields from a JSON object (None where absent) and the object itself as `raw`. A field whose type is
+    a view is that view of the value, `tuple[View, ...]` the views of the list's objects, `Mapping` the value
+    when it is an object (else {}); any other field is the value as the file holds it."""
     o = obj(value)
-    return cls(**{f.name: o.get(f.name) for f in fields(cls) if f.name != "raw"}, raw=o)
+    return cls(**{name: read(o.get(name)) for name, read in _readers(cls)}, raw=o)
+
+
+class View:
+    """A view dataclass (a `raw` field, the rest read by `view`)."""
+
+    @classmethod
+    def from_json(cls, value: Any):
+        return view(cls, value)
+
+
+@functools.cache
+def _readers(cls) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, _reader(hints[f.name])) for f in fields(cls) if f.name != "raw")
+
+
+def _is_view(t: Any) -> bool:
+    return isinstance(t, type) and dataclasses.is_dataclass(t) and "raw" in {f.name for f in fields(t)}
+
+
+def _reader(hint: Any) -> Callable[[Any], Any]:
+    if _is_view(hint):
+        return functools.partial(view, hint)
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is tuple and args and _is_view(args[0]):
+        return lambda value: tuple(view(args[0], o) for o in objects(value))
+    if hint is Mapping:
+        return obj
+    return lambda value: value
 
 
 def number(x: Any) -> bool:
