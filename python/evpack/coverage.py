@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .jsonio import read_json
 from .model import FAIL, PASS, StageOutcome
+from .stages.kernel_rows import load_built_kernels
 
 # stage -> how a cell name names its variant (sanitize cells are TOOL.VARIANT.CONFIG)
 CELL_VARIANT = {
@@ -25,13 +26,15 @@ CELL_VARIANT = {
 
 
 def shipped_variants(pack_dir: Path, options: object) -> set[str] | None:
-    """The non-canary variants of build/kernels.json the run selected; None when kernels.json is unusable
-    (the build stage's derivation names that)."""
+    """The non-canary variants of build/kernels.json (stages.kernel_rows.load_built_kernels) the run selected;
+    None when kernels.json is unusable (the SASS and PTXAS derivations name that)."""
     try:
-        rows = read_json(pack_dir / "build" / "kernels.json")
-        built = {r["variant"] for r in rows if not str(r["variant"]).startswith("canary")}
-    except (OSError, ValueError, KeyError, TypeError):
+        kernels, _ = load_built_kernels(pack_dir)
+    except OSError:
         return None
+    if kernels is None:
+        return None
+    built = {variant for variant, *_ in kernels if not str(variant).startswith("canary")}
     want = options.get("variants") if isinstance(options, dict) else None
     return {v for v in built if not want or v in want}
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..markdown import code, short, table, text
 from ..model import FAIL, PASS, StageOutcome
 from ..records.bench import BenchRow, BenchRun, BenchSummary, Clocks, LeaderEntry
+from ..records.view import number
 from ..timing import ceilings as ceilings_mod
 from ..timing import plots
 from ..timing import summary as sm
@@ -51,7 +52,7 @@ def _or(x, missing: str = "?"):
 
 
 def f(x, spec: str = ".1f", none: str = "-") -> str:
-    return none if not isinstance(x, (int, float)) or isinstance(x, bool) else format(x, spec)
+    return format(x, spec) if number(x) else none
 
 
 def cost_line(run: BenchRun) -> str:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..records.bench import BenchRow
+from ..records.view import number
 
 K = 2.0
 SAME, FASTER, SLOWER, NEW, GONE, NA = "SAME", "FASTER", "SLOWER", "NEW", "GONE", "N/A"
@@ -50,10 +51,6 @@ class CompareInputError(Exception):
 KEY_FIELDS = ("impl", "variant", "config", "shape", "mode")
 
 
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 def row_problem(r) -> str | None:
     """Why a row of bench/summary.json cannot be compared (None when it can)."""
     if not isinstance(r, dict):
@@ -62,7 +59,7 @@ def row_problem(r) -> str | None:
     if bad:
         return f"a row's {', '.join(bad)} is missing or not a string"
     for k in ("median_us", "iqr_us"):
-        if r.get(k) is not None and not _number(r[k]):
+        if r.get(k) is not None and not number(r[k]):
             return f"a row's {k} is not a number: {r[k]!r}"
     return None
 
