@@ -71,7 +71,7 @@ def _noticed_cheaply(pack: Path, rel: str) -> bool:
     from evpack.model import StageOutcome
     from evpack.records.migrations import read_pack
     from evpack.records.schema import spec
-    from evpack.verify import check_required_files, compare_stage
+    from evpack.verify import check_required_files, compare_stage, read_outcome
 
     stage = rel.split("/")[0]
     try:
@@ -84,7 +84,7 @@ def _noticed_cheaply(pack: Path, rel: str) -> bool:
     sp = spec(pj.schema_version)
     if any(rel in p for p in check_required_files(pack, sp, {stage: stored}, None)):
         return True
-    return bool(compare_stage(stage, final_outcome(stage, pack), pj, pack, sp))
+    return bool(compare_stage(stage, final_outcome(stage, pack), pj, read_outcome(pack, stage), sp))
 
 
 # Files older packs could lose unnoticed, with the reason; a pack made now is held to the rule for them

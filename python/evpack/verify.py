@@ -200,16 +200,25 @@ def check_required_files(pack_dir: Path, schema: SchemaSpec, outcomes: dict[str,
     return problems
 
 
-def compare_stage(name: str, out: StageOutcome, pj: PackRecord, pack_dir: Path, schema: SchemaSpec) -> list[str]:
+def read_outcome(pack_dir: Path, name: str) -> StageOutcome | str | None:
+    """A stage's stored outcome.json: the record, why it cannot be read, or None when there is none (named by
+    check_required_files). Read once per verify: compare_stage and the content digest take it from here."""
+    try:
+        return StageOutcome.from_json(read_json(pack_dir / name / "outcome.json"))
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError, ModelError) as exc:
+        return f"stage {name}: outcome.json unreadable: {exc}"
+
+
+def compare_stage(name: str, out: StageOutcome, pj: PackRecord, stored: StageOutcome | str | None,
+                  schema: SchemaSpec) -> list[str]:
+    """The derived outcome against pack.json and the stored outcome (read_outcome)."""
     problems = []
     if pj.stage_status(name) != out.status:
         problems.append(f"stage {name}: pack.json says {pj.stage_status(name)} but its files give {out.status}")
-    try:
-        stored = StageOutcome.from_json(read_json(pack_dir / name / "outcome.json"))
-    except FileNotFoundError:
-        return problems  # named by check_required_files
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError, ModelError) as exc:
-        return problems + [f"stage {name}: outcome.json unreadable: {exc}"]
+    if not isinstance(stored, StageOutcome):
+        return problems + ([stored] if stored else [])
     if stored.status != out.status:
         problems.append(f"stage {name}: outcome.json says {stored.status} but its files give {out.status}")
     diffs = view_differences(decision_view(stored.data, schema.prose_keys),
@@ -288,8 +297,9 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
     if derived_out is not None:  # the outcomes as the files give them, for a view of a verified pack
         derived_out.update(derived.stages)
     problems += check_required_files(pack_dir, sp, derived.stages, stages)
+    stored = {name: read_outcome(pack_dir, name) for name in dict.fromkeys([*stage_names_of(pj), *derived.stages])}
     for name, out in derived.stages.items():
-        problems += compare_stage(name, out, pj, pack_dir, sp)
+        problems += compare_stage(name, out, pj, stored[name], sp)
     for g, out in derived.gates.items():
         rec = pj.gates.get(g)
         said = None if rec is None or rec.status is ABSENT else rec.status
@@ -308,7 +318,7 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
                                                                derived.facts.canonical_speedup, "canonical_speedup")]
     problems += record_type_problems(pj)
     problems += coverage_problems(pack_dir, pj.options, derived.stages)
-    digest = stored_digest(pack_dir, pj, sp) if sp.digest_of_outcomes else None
+    digest = stored_digest(pj, stored, sp) if sp.digest_of_outcomes else None
     if digest is not None and pj.content_digest != digest:
         problems.append(f"content_digest: pack.json says {shown(repr(pj.content_digest))} but its outcomes, gates "
                         f"and label give {digest}")
@@ -331,13 +341,12 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
     return problems
 
 
-def stored_digest(pack_dir: Path, pj: PackRecord, schema: SchemaSpec) -> str | None:
-    """The content digest of the pack's outcome.json files (each compared with its raw files above), pack.json's
-    gates and label, by the schema's rules; None when an outcome is unreadable (named by compare_stage)."""
-    try:
-        outcomes = {name: StageOutcome.from_json(read_json(pack_dir / name / "outcome.json"))
-                    for name in stage_names_of(pj)}
-    except (OSError, ValueError, ModelError):
+def stored_digest(pj: PackRecord, stored: dict, schema: SchemaSpec) -> str | None:
+    """The content digest of the pack's outcome.json files (read_outcome; each compared with its raw files by
+    compare_stage), pack.json's gates and label, by the schema's rules; None when an outcome is missing or
+    unreadable (named by check_required_files and compare_stage)."""
+    outcomes = {name: stored.get(name) for name in stage_names_of(pj)}
+    if not all(isinstance(o, StageOutcome) for o in outcomes.values()):
         return None
     return content_digest(outcomes, pj.gates, pj.get("label"), schema.digest_prose_keys)
 
