@@ -268,3 +268,22 @@ def test_verify_and_label_on_a_corrupted_merged_verdict(verdict, tmp_path_factor
     codes = (0, 1, 2) if may_pass else (1, 2)
     for command in ("verify", "label"):
         check_failure(*run(command, str(folder), "--stage-package", FAKE), codes=codes, what=f"{command} {what}")
+
+
+@pytest.mark.parametrize("signature", [5, "verified", ["verified"]])
+def test_a_member_signature_that_is_no_object(verdict, tmp_path, signature):
+    """The fuzzer's find: a member's signature in merged.json that is not an object made verify and label end in
+    the last-resort line (AttributeError); it is a mismatch named in one line."""
+    folder = tmp_path / "verdict"
+    shutil.copytree(verdict, folder)
+    record = json.loads((folder / "merged.json").read_text(encoding="utf-8"))
+    record["members"][0]["signature"] = signature
+    (folder / "merged.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+    rehash(folder)
+    said = {}
+    for command in ("verify", "label"):
+        code, out, err = run(command, str(folder), "--stage-package", FAKE)
+        check_failure(code, out, err, what=f"{command} signature={signature!r}")
+        said[command] = out + err
+    assert f"members[0] ({record['members'][0]['pack_id']}).signature: {type(signature).__name__}, not an object" \
+        in said["verify"], said["verify"]

@@ -87,7 +87,9 @@ def check_own_files(folder: Path, names: set[str]) -> list[str]:
     return problems
 
 
-def _signature_problems(stored: dict, derived: dict, signers_checked: bool, where: str) -> list[str]:
+def _signature_problems(stored: object, derived: dict, signers_checked: bool, where: str) -> list[str]:
+    if not isinstance(stored, dict):
+        return [f"{where}.signature: {type(stored).__name__}, not an object"]
     if stored.get("state") not in SIGNATURE_STATES:
         return [f"{where}.signature.state: unknown state {stored.get('state')!r}"]
     if (stored["state"] == UNSIGNED) != (derived["state"] == UNSIGNED):
