@@ -22,6 +22,7 @@ from .jsonio import JsonFileError
 from .merge import cli as merge_cli
 from .options import REQUIREMENTS, STAGE_COMMANDS, SUITES, parse_stages, requirement_verdict, run_options
 from .pack import INCOMPLETE_PREFIX, PackError, ensure_writable, inside_pack, under_packs_folder
+from .records.pack import PackRecord
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PACKS = REPO / "artifacts" / "packs"
@@ -316,7 +317,7 @@ def cmd_evidence(args, selected) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     requirement = args.require or ("complete" if result.has_gpu else "partial")
-    gates = {g: v["status"] for g, v in json.loads((result.pack / "pack.json").read_text())["gates"].items()}
+    gates = PackRecord.from_json(json.loads((result.pack / "pack.json").read_text())).gate_statuses()
     ok, verdict = requirement_verdict(requirement, result.label, gates, selected)
     problems = []
     if not args.no_verify:

@@ -23,6 +23,9 @@ from . import registry
 from .jsonio import read_json, read_member_json
 from .packfs import atomic_file
 from .records.bench import BenchRun, BenchSummary
+from .records.dispatch import DeviceEntry, DispatchTable
+from .records.pack import PackFields
+from .records.view import view
 
 TABLE_SCHEMA_VERSION = 1
 TABLE_PATH = Path(__file__).with_name("dispatch_table.json")
@@ -80,9 +83,9 @@ def generate_table(pack_dir: Path) -> dict:
 
 
 def _generate(pack_dir: Path) -> dict:
-    pj = _read(pack_dir / "pack.json")
-    if pj.get("label") != SOURCE_LABEL:
-        raise DispatchTableError(f"{pack_dir.name}: label {pj.get('label')!r}; only an {SOURCE_LABEL} pack "
+    pj = view(PackFields, _read(pack_dir / "pack.json"))
+    if pj.label != SOURCE_LABEL:
+        raise DispatchTableError(f"{pack_dir.name}: label {pj.label!r}; only an {SOURCE_LABEL} pack "
                                  "(every gate passed on a GPU) can choose the default kernels")
     summary = BenchSummary.from_json(_read(pack_dir / "bench" / "summary.json", member=True))
     device = BenchRun.from_json(_read(pack_dir / "bench" / "run.json")).device
@@ -114,9 +117,9 @@ def _generate(pack_dir: Path) -> dict:
     return {
         "schema_version": TABLE_SCHEMA_VERSION,
         "generated_by": "evpack.dispatch.generate_table",
-        "source_pack": pj.get("pack_id", pack_dir.name),
-        "source_commit": (pj.get("git") or {}).get("commit"),
-        "source_label": pj.get("label"),
+        "source_pack": pj.pack_id if "pack_id" in pj.raw else pack_dir.name,
+        "source_commit": pj.git.commit,
+        "source_label": pj.label,
         "mode": mode,
         "rule": "per shape class, the evpack (variant, config) with the smallest geometric mean of median "
                 "times over the class's shapes, among those that ran ok within their error bound on all of them; "
@@ -147,7 +150,7 @@ def load_table(path: Path | None = None) -> dict | None:
         table = read_json(path or TABLE_PATH)
     except (OSError, ValueError):
         return None
-    return table if isinstance(table, dict) and table.get("schema_version") == TABLE_SCHEMA_VERSION else None
+    return table if isinstance(table, dict) and view(DispatchTable, table).schema_version == TABLE_SCHEMA_VERSION else None
 
 
 def fallback() -> tuple[str, str]:
@@ -156,9 +159,9 @@ def fallback() -> tuple[str, str]:
     return var.name, var.configs[0].name
 
 
-def _device_entry(table: dict, name: str | None, capability: str):
-    devices = [d for d in table.get("devices", []) if d.get("capability") == capability]
-    return next((d for d in devices if d.get("name") == name), devices[0] if devices else None)
+def _device_entry(table: DispatchTable, name: str | None, capability: str) -> DeviceEntry | None:
+    devices = [d for d in table.devices if d.capability == capability]
+    return next((d for d in devices if d.name == name), devices[0] if devices else None)
 
 
 def pick(table: dict | None, *, device_name: str | None, capability: str, sm_count: int, dtype: str,
@@ -166,19 +169,20 @@ def pick(table: dict | None, *, device_name: str | None, capability: str, sm_cou
     """(variant, config, why). The table's choice for this device (same capability, the same name first) and
     shape class, if it names a registered variant and config that support the dtype and head dim; else the
     registry's first tensor variant."""
-    entry = _device_entry(table, device_name, capability) if table else None
+    tbl = view(DispatchTable, table)
+    entry = _device_entry(tbl, device_name, capability) if table else None
     if entry is not None:
         sc = shape_class(dtype=dtype, head_dim=head_dim, causal=causal, batch=batch, heads=heads, sm_count=sm_count)
-        for c in entry.get("choices", []):
-            if (c["dtype"], c["head_dim"], c["causal"], c["size"]) != (sc.dtype, sc.head_dim, sc.causal, sc.size):
+        for c in entry.choices:
+            if c.shape_class != (sc.dtype, sc.head_dim, sc.causal, sc.size):
                 continue
             try:
-                var = registry.get(c["variant"])
-                var.config(c["config"])
+                var = registry.get(c.variant)
+                var.config(c.config)
             except ValueError:
                 break
             if dtype in var.dtypes and head_dim in var.head_dims:
-                return var.name, c["config"], f"table {table.get('source_pack')}: {sc.key()} on {entry.get('name')}"
+                return var.name, c.config, f"table {tbl.source_pack}: {sc.key()} on {entry.name}"
             break
     variant, config = fallback()
     return variant, config, "registry default (no table row for this device and shape class)"

@@ -10,6 +10,7 @@ import os
 import platform
 import subprocess
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -53,58 +54,67 @@ def gpu_limits(run=None, max_retries: int = 8) -> dict[str, Any]:
     recorded, a value it cannot report is recorded as missing. `run`: the nvidia-smi runner (tests)."""
     run = run or _smi
     fields = list(nvsmi.LIMIT_FIELDS)
-    out: dict[str, Any] = {"source": "nvidia-smi", "fields": fields, "gpus": [], "dropped": [], "errors": []}
+    gpus: list[dict[str, Any]] = []
+    dropped: list[str] = []
+    errors: list[str] = []
+
+    def result() -> dict[str, Any]:
+        return _ascii({"source": "nvidia-smi", "fields": fields, "gpus": gpus, "dropped": dropped, "errors": errors})
+
     text = None
     for _ in range(max_retries):
         try:
             text = run([f"--query-gpu={','.join(fields)}", "--format=csv"])
             break
         except FileNotFoundError:
-            out["errors"].append("nvidia-smi: not found on PATH")
-            return out
+            errors.append("nvidia-smi: not found on PATH")
+            return result()
         except Exception as exc:  # noqa: BLE001 - recorded, never raised
             bad = nvsmi.invalid_field(str(exc))
             if bad is None or bad not in fields:
-                out["errors"].append(f"nvidia-smi --query-gpu: {type(exc).__name__}: {str(exc)[:200]}")
+                errors.append(f"nvidia-smi --query-gpu: {type(exc).__name__}: {str(exc)[:200]}")
                 break
             fields.remove(bad)
-            out["dropped"].append(bad)
-    out["fields"] = fields
-    if text is not None:
-        out["gpus"] = nvsmi.parse_query_csv(text, fields)
+            dropped.append(bad)
+    parsed = nvsmi.parse_query_csv(text, fields) if text is not None else []
     try:
         skus = nvsmi.parse_sku(run(["-q"]))
     except Exception as exc:  # noqa: BLE001
-        out["errors"].append(f"nvidia-smi -q: {type(exc).__name__}: {str(exc)[:200]}")
+        errors.append(f"nvidia-smi -q: {type(exc).__name__}: {str(exc)[:200]}")
         skus = []
-    for i, g in enumerate(out["gpus"]):
-        g["sku"] = skus[i] if i < len(skus) else {k: None for k in nvsmi.SKU_KEYS}
-    return _ascii(out)
+    gpus += [{**g, "sku": skus[i] if i < len(skus) else {k: None for k in nvsmi.SKU_KEYS}} for i, g in enumerate(parsed)]
+    return result()
 
 
-def _torch_facts(errors: list[str]) -> dict[str, Any]:
-    facts: dict[str, Any] = {"torch_version": None, "cuda_version": None, "gpu_name": None,
-                             "total_vram_bytes": None, "compute_capability": None}
+@dataclass(frozen=True)
+class TorchFacts:
+    """What torch says of itself and of GPU 0 (None where it cannot say)."""
+
+    torch_version: str | None = None
+    cuda_version: str | None = None
+    gpu_name: str | None = None
+    total_vram_bytes: int | None = None
+    compute_capability: str | None = None
+
+
+def _torch_facts(errors: list[str]) -> TorchFacts:
     try:
         import torch  # noqa: PLC0415 (optional dependency)
     except Exception as exc:  # ImportError or a broken install
         errors.append(f"torch: not importable ({type(exc).__name__}: {exc})")
-        return facts
-    facts["torch_version"] = str(torch.__version__)
-    facts["cuda_version"] = torch.version.cuda
+        return TorchFacts()
+    versions = {"torch_version": str(torch.__version__), "cuda_version": torch.version.cuda}
     if torch.version.cuda is None:
         errors.append("torch: CPU-only build (torch.version.cuda is None)")
     try:
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(0)
-            facts["gpu_name"] = props.name
-            facts["total_vram_bytes"] = int(props.total_memory)
-            facts["compute_capability"] = f"{props.major}.{props.minor}"
-        else:
-            errors.append("torch: no CUDA device available")
+            return TorchFacts(**versions, gpu_name=props.name, total_vram_bytes=int(props.total_memory),
+                              compute_capability=f"{props.major}.{props.minor}")
+        errors.append("torch: no CUDA device available")
     except Exception as exc:
         errors.append(f"torch: device query failed ({type(exc).__name__}: {exc})")
-    return facts
+    return TorchFacts(**versions)
 
 
 def collect_env(repo: Path) -> dict[str, Any]:
@@ -128,8 +138,7 @@ def collect_env(repo: Path) -> dict[str, Any]:
         errors.append("nvidia-smi: not found on PATH")
     except Exception as exc:
         errors.append(f"nvidia-smi: {type(exc).__name__}: {exc}")
-    if tf["gpu_name"] is None and smi_query:
-        tf["gpu_name"] = smi_query.get("name")
+    gpu_name = smi_query.get("name") if tf.gpu_name is None and smi_query else tf.gpu_name
     git = git_info(repo)
     if git.error:
         errors.append(git.error)
@@ -139,13 +148,13 @@ def collect_env(repo: Path) -> dict[str, Any]:
         "generated_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "os": platform.platform(),
         "python_version": platform.python_version(),
-        "torch_version": tf["torch_version"],
-        "cuda_version": tf["cuda_version"],
+        "torch_version": tf.torch_version,
+        "cuda_version": tf.cuda_version,
         "precision": "fp16,bf16",
         "amp": False,
-        "gpu_name": tf["gpu_name"],
-        "total_vram_bytes": tf["total_vram_bytes"],
-        "compute_capability": tf["compute_capability"],
+        "gpu_name": gpu_name,
+        "total_vram_bytes": tf.total_vram_bytes,
+        "compute_capability": tf.compute_capability,
         "driver_version": driver_version,
         "cuda_driver_reported": cuda_driver,
         "driver_model": driver_model,

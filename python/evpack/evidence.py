@@ -28,13 +28,14 @@ from .pack import (
     list_packs,
     new_pack_id,
     outcome_file,
-    pack_json,
+    pack_record,
     previous_same_commit,
     reserve_pack_folder,
     write_index,
 )
 from .provenance.attest import SigningFailed, collect_run_facts, write_provenance
 from .provenance.signing import load_signing_key
+from .records.pack import PackRecord, ZeroDelta, present
 from .reporting import missing_renderer
 from .runner import record_skip, run_stage
 from .schedule import fork_server, run_schedule, schedule_mode, slots_per_gpu
@@ -195,24 +196,24 @@ def _assemble(tmp: Path, packs_root: Path, pack_id: str, *, git, created, warnin
     prev = previous_same_commit(packs_root, git.commit, exclude=pack_id)
     zero_delta = None
     if prev is not None:
-        prev_digest = read_json(prev / "pack.json").get("content_digest")
+        prev_digest = present(PackRecord.from_json(read_json(prev / "pack.json")).content_digest)
         zero_delta = {"previous_pack": prev.name, "previous_digest": prev_digest,
                       "same": prev_digest == derived.digest}
-    pj = pack_json(pack_id=pack_id, created=created.strftime("%Y-%m-%dT%H:%M:%SZ"), git=git,
-                   toolchain=tools, warnings=warnings, options=options, derived=derived,
-                   durations=durations, total_s=total_s, env=env,
-                   zero_delta=zero_delta, requirement=requirement)
+    record = pack_record(pack_id=pack_id, created=created.strftime("%Y-%m-%dT%H:%M:%SZ"), git=git,
+                         toolchain=tools, warnings=warnings, options=options, derived=derived,
+                         durations=durations, total_s=total_s, env=env,
+                         zero_delta=zero_delta, requirement=requirement)
     wall_s = round(time.monotonic() - t_start, 3)
-    pj["timings"] = dict(pj.get("timings") or {}, **timings, wall_s=wall_s)
-    pj["signing"] = signer.record() if signer else None
-    pj["incremental"] = inc.record()
+    record = dataclasses.replace(record, timings={**record.timings, **timings, "wall_s": wall_s},
+                                 signing=signer.record() if signer else None, incremental=inc.record())
+    pj = record.to_json()
     write_json(tmp / "pack.json", pj)
     log.info("rendering report.md, report.html and comment.md")
     _write_reports(tmp)
     write_index(tmp)
     attest_error = write_provenance(tmp, run_facts, signer)  # after index.json: it is the subject
     final = finalize(tmp, packs_root, pack_id)
-    if zero_delta and zero_delta["same"]:
+    if isinstance(record.zero_delta, ZeroDelta) and record.zero_delta.same:
         log.info("zero-delta: content equals pack %s of the same commit (timestamps excluded)", prev.name)
     log.info("label: %s  (%s)%s", derived.label, ", ".join(derived.labels),
              f"; {carried_note(pj)}" if carried_note(pj) else "")

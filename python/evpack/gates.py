@@ -6,6 +6,8 @@ from pathlib import Path
 
 from .jsonio import read_json
 from .model import ERROR, FAIL, GATE_ORDER, PASS, SKIPPED, STAGE_GATES, GateResult, StageOutcome
+from .records.binary import BinaryRecord
+from .records.view import view
 
 __all__ = ["GATE_ORDER", "STAGE_GATES", "derive_gates", "one_binary_gate", "overall"]
 
@@ -17,28 +19,36 @@ def one_binary_gate(pack_dir: Path) -> StageOutcome:
         return StageOutcome(SKIPPED if not (pack_dir / "build").exists() else ERROR,
                             "no build/binary.json: nothing was built")
     try:
-        want = read_json(build_rec)
+        want = _binary_record(build_rec)
         seen = {}
         for rec_path in sorted(pack_dir.glob("*/binary.json")):
             stage = rec_path.parent.name
             if stage == "build":
                 continue
-            rec = read_json(rec_path)
-            if rec.get("module", "evpack._C") != want.get("module", "evpack._C"):
+            rec = _binary_record(rec_path)
+            if rec.module_name != want.module_name:
                 continue
-            seen[stage] = rec.get("sha256")
-    except (OSError, ValueError, AttributeError, json.JSONDecodeError) as exc:
+            seen[stage] = rec.sha256
+    except (OSError, ValueError, json.JSONDecodeError) as exc:
         return StageOutcome(ERROR, f"a binary.json record is unreadable: {exc}")
     if not seen:
         return StageOutcome(SKIPPED, "no stage loaded or disassembled the binary")
-    bad = {s: h for s, h in seen.items() if h != want.get("sha256")}
+    short = str(want.sha256)[:12]
+    bad = {s: h for s, h in seen.items() if h != want.sha256}
     if bad:
         detail = ", ".join(f"{s}={str(h)[:12]}" for s, h in bad.items())
-        return StageOutcome(FAIL, f"binary mismatch: build={str(want.get('sha256'))[:12]} but {detail}")
+        return StageOutcome(FAIL, f"binary mismatch: build={short} but {detail}")
     runtime = [s for s in seen if s not in ("sass",)]
     if not runtime:
-        return StageOutcome(SKIPPED, f"sha256 {str(want.get('sha256'))[:12]} matches in sass; no runtime stage loaded it")
-    return StageOutcome(PASS, f"sha256 {str(want.get('sha256'))[:12]} in build and {', '.join(sorted(seen))}")
+        return StageOutcome(SKIPPED, f"sha256 {short} matches in sass; no runtime stage loaded it")
+    return StageOutcome(PASS, f"sha256 {short} in build and {', '.join(sorted(seen))}")
+
+
+def _binary_record(path: Path) -> BinaryRecord:
+    value = read_json(path)
+    if not isinstance(value, dict):
+        raise ValueError(f"{path.parent.name}/{path.name} is not a JSON object")
+    return view(BinaryRecord, value)
 
 
 def derive_gates(stages: dict[str, StageOutcome], pack_dir: Path) -> dict[str, GateResult]:

@@ -157,11 +157,6 @@ def pack_record(*, pack_id: str, created: str, git, toolchain: dict, warnings: l
     )
 
 
-def pack_json(**kwargs: Any) -> dict:
-    """pack_record(...) as the JSON object pack.json holds."""
-    return pack_record(**kwargs).to_json()
-
-
 def write_index(pack_dir: Path) -> dict:
     """index.json: the SHA-256 of every file but those written after it. A pack holds regular files
     only: a symlink or a special file is refused here, before the pack is finished. A folder left

@@ -33,9 +33,13 @@ import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
+
+from .records.view import View, view
 
 log = logging.getLogger("evpack")
 
@@ -174,6 +178,21 @@ def usable_root() -> tuple[Path | None, str | None]:
     return (None, why) if why else (root, None)
 
 
+@dataclass(frozen=True)
+class EntryMeta(View):
+    """An entry's meta.json (_write_entry): its key and key material, the exit status, the output's size and
+    hashes, when it was made."""
+
+    key: Any
+    material: Any
+    returncode: Any
+    stdout_bytes: Any
+    stdout_sha256: Any
+    stderr_sha256: Any
+    created: Any
+    raw: Mapping
+
+
 def _read_entry(entry: Path, key: str, material: dict) -> ToolRun | None:
     if _private_dir(entry) is not None:
         return None
@@ -183,15 +202,15 @@ def _read_entry(entry: Path, key: str, material: dict) -> ToolRun | None:
             st = os.lstat(p)
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
                 return None
-        meta = json.loads(files["meta.json"].read_text(encoding="utf-8"))
-        if meta.get("key") != key or meta.get("material") != material:
+        meta = view(EntryMeta, json.loads((entry / "meta.json").read_text(encoding="utf-8")))
+        if meta.key != key or meta.material != material:
             return None
-        out = gzip.decompress(files["stdout.gz"].read_bytes())
-        err = files["stderr"].read_bytes()
-        if (len(out) != meta["stdout_bytes"] or hashlib.sha256(out).hexdigest() != meta["stdout_sha256"]
-                or hashlib.sha256(err).hexdigest() != meta["stderr_sha256"]):
+        out = gzip.decompress((entry / "stdout.gz").read_bytes())
+        err = (entry / "stderr").read_bytes()
+        if (len(out) != meta.stdout_bytes or hashlib.sha256(out).hexdigest() != meta.stdout_sha256
+                or hashlib.sha256(err).hexdigest() != meta.stderr_sha256):
             return None
-        return ToolRun(int(meta["returncode"]), out, err, {"key": key, "created": meta.get("created")})
+        return ToolRun(int(meta.returncode), out, err, {"key": key, "created": meta.created})
     except (OSError, ValueError, KeyError, TypeError, EOFError, gzip.BadGzipFile):
         return None
 

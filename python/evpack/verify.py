@@ -35,9 +35,10 @@ from .pack import PackError, stage_names_of
 from .packfs import MAX_FILE_BYTES, plain_name
 from .provenance.check import UNCHECKED, ProvenanceCheck, check_provenance, signer_options
 from .records.migrations import read_pack
-from .records.pack import ABSENT, PackRecord, ZeroDelta
+from .records.pack import ABSENT, PackFields, PackRecord, StageTiming, Timings, ZeroDelta, present
 from .records.runner import RunnerRecord
 from .records.schema import SchemaSpec, spec
+from .records.view import view
 from .stages.order import stage_module
 from .stages.procs import PROCS_FILE
 
@@ -158,7 +159,8 @@ def _load_pack_json(pack_dir: Path) -> tuple[dict | None, list[str]]:
         return None, ["no pack.json"]
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         return None, [f"pack.json is corrupt: {exc}"]
-    if not isinstance(pj, dict) or not isinstance(pj.get("stages"), dict) or not isinstance(pj.get("gates"), dict):
+    shape = view(PackFields, pj)  # a view of something that is no object holds no tables
+    if not isinstance(shape.stages, dict) or not isinstance(shape.gates, dict):
         return None, ["pack.json is malformed: no stages/gates tables"]
     return pj, []
 
@@ -272,9 +274,10 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
     raw, pj_problems = _load_pack_json(pack_dir)
     if raw is None:
         return problems + pj_problems
-    sp = spec(raw.get("schema_version"))
+    version = view(PackFields, raw).schema_version
+    sp = spec(version)
     if sp is None:
-        return problems + [f"pack.json schema_version {raw.get('schema_version')!r} is unknown to this verify (it "
+        return problems + [f"pack.json schema_version {version!r} is unknown to this verify (it "
                            f"knows {', '.join(map(str, KNOWN_SCHEMAS))}): use a newer evpack"]
     try:
         pj = read_pack(raw)  # the reader of its schema version
@@ -284,8 +287,8 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
         problems = [p for p in problems if p not in listing.empty]
     if pj.complete is not True:
         problems.append("pack.json is not marked complete")
-    if pack_dir.name != pj.get("pack_id"):
-        problems.append(f"folder name {pack_dir.name} != pack_id {pj.get('pack_id')}")
+    if pack_dir.name != present(pj.pack_id):
+        problems.append(f"folder name {pack_dir.name} != pack_id {present(pj.pack_id)}")
     missing_gates = [g for g in sp.required_gates if g not in pj.gates]
     if missing_gates:
         problems.append(f"pack.json lacks gates every schema-{sp.version} pack holds: {', '.join(missing_gates)}")
@@ -308,8 +311,8 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
     unknown = sorted(set(pj.gates) - set(derived.gates))
     if unknown:
         problems.append(f"unknown gates in pack.json: {unknown}")
-    if pj.get("label") != derived.label or pj.get("labels") != derived.labels:
-        problems.append(f"label: pack.json says {pj.get('label')} {pj.get('labels')} but the gates give "
+    if present(pj.label) != derived.label or present(pj.labels) != derived.labels:
+        problems.append(f"label: pack.json says {present(pj.label)} {present(pj.labels)} but the gates give "
                         f"{derived.label} {derived.labels}")
     if pj.so_sha256 is not ABSENT and pj.so_sha256 != derived.facts.so_sha256:
         problems.append(f"so_sha256: pack.json says {pj.so_sha256} but the build's files give {derived.facts.so_sha256}")
@@ -323,8 +326,8 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
         problems.append(f"content_digest: pack.json says {shown(repr(pj.content_digest))} but its outcomes, gates "
                         f"and label give {digest}")
     zd = pj.zero_delta
-    if isinstance(zd, ZeroDelta) and (zd.same if zd.same is not ABSENT else None) != (
-            (zd.previous_digest if zd.previous_digest is not ABSENT else None) == pj.get("content_digest")):
+    if isinstance(zd, ZeroDelta) and present(zd.same) != (
+            present(zd.previous_digest) == present(pj.content_digest)):
         problems.append("zero_delta.same contradicts the digests")
 
     def verify_source(src: Path, depth: int) -> list[str]:
@@ -348,7 +351,7 @@ def stored_digest(pj: PackRecord, stored: dict, schema: SchemaSpec) -> str | Non
     outcomes = {name: stored.get(name) for name in stage_names_of(pj)}
     if not all(isinstance(o, StageOutcome) for o in outcomes.values()):
         return None
-    return content_digest(outcomes, pj.gates, pj.get("label"), schema.digest_prose_keys)
+    return content_digest(outcomes, pj.gates, present(pj.label), schema.digest_prose_keys)
 
 
 def record_type_problems(pj: PackRecord) -> list[str]:
@@ -371,30 +374,32 @@ def _seconds(x) -> bool:
 def timings_problems(pj: dict) -> list[str]:
     """The shape of pack.json -> timings where it says how the run went (wall_s, mode, per-stage start and
     end): packs made before it have none of these keys and are not asked for them. A record, not a decision."""
-    t = pj.get("timings")
-    if t is None:
+    pack = view(PackFields, pj)
+    if pack.timings is None:
         return []
-    if not isinstance(t, dict):
+    if not isinstance(pack.timings, dict):
         return ["timings: not an object"]
+    t = view(Timings, pack.timings)
     problems = []
-    if "wall_s" in t and not _seconds(t["wall_s"]):
-        problems.append(f"timings.wall_s: {t['wall_s']!r} is not a number of seconds")
-    if "mode" in t and t["mode"] not in ("overlapped", "sequential"):
-        problems.append(f"timings.mode: {t['mode']!r} is neither overlapped nor sequential")
-    if "stages" not in t:
+    if t.holds("wall_s") and not _seconds(t.wall_s):
+        problems.append(f"timings.wall_s: {t.wall_s!r} is not a number of seconds")
+    if t.holds("mode") and t.mode not in ("overlapped", "sequential"):
+        problems.append(f"timings.mode: {t.mode!r} is neither overlapped nor sequential")
+    if not t.holds("stages"):
         return problems
-    if not isinstance(t["stages"], dict):
+    if not isinstance(t.stages, dict):
         return problems + ["timings.stages: not an object"]
-    known = pj.get("stages") if isinstance(pj.get("stages"), dict) else {}
-    for name, rec in t["stages"].items():
+    known = pack.stages if isinstance(pack.stages, dict) else {}
+    for name, value in t.stages.items():
+        rec = view(StageTiming, value)
         if name not in known:
             problems.append(f"timings.stages.{name}: not a stage of this pack")
-        elif not isinstance(rec, dict) or not all(_seconds(rec.get(k)) for k in ("start_s", "end_s", "duration_s")):
+        elif not isinstance(value, dict) or not all(_seconds(x) for x in (rec.start_s, rec.end_s, rec.duration_s)):
             problems.append(f"timings.stages.{name}: start_s, end_s and duration_s must be seconds")
-        elif rec["end_s"] < rec["start_s"] or abs(rec["end_s"] - rec["start_s"] - rec["duration_s"]) > 0.01 or (
-                _seconds(t.get("wall_s")) and rec["end_s"] > t["wall_s"] + 0.01):
-            problems.append(f"timings.stages.{name}: start {rec['start_s']}, end {rec['end_s']} and duration "
-                            f"{rec['duration_s']} do not agree (or end after wall_s)")
+        elif rec.end_s < rec.start_s or abs(rec.end_s - rec.start_s - rec.duration_s) > 0.01 or (
+                _seconds(t.wall_s) and rec.end_s > t.wall_s + 0.01):
+            problems.append(f"timings.stages.{name}: start {rec.start_s}, end {rec.end_s} and duration "
+                            f"{rec.duration_s} do not agree (or end after wall_s)")
     return problems
 
 

@@ -13,10 +13,12 @@ never breaks reading.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..errors import ModelError
+from .view import View, view
 from .view import obj as _obj
 
 
@@ -38,6 +40,11 @@ class _Absent:
 
 
 ABSENT: Any = _Absent()
+
+
+def present(value: Any) -> Any:
+    """A field's value, None where the pack does not hold it (ABSENT)."""
+    return None if value is ABSENT else value
 
 
 def _record(cls, value: Any):
@@ -110,6 +117,63 @@ class ZeroDelta:
 
     def to_json(self) -> dict[str, Any]:
         return _json(self)
+
+
+@dataclass(frozen=True)
+class StageTiming(View):
+    """pack.json -> timings -> stages -> <name> (schema 3 on): seconds from the run's start."""
+
+    start_s: Any
+    end_s: Any
+    duration_s: Any
+    raw: Mapping
+
+
+@dataclass(frozen=True)
+class Timings(View):
+    """pack.json -> timings, as the file holds it: total_s and stages_s (every schema), wall_s, mode and
+    stages (how the run went: schema 3 on)."""
+
+    total_s: Any
+    stages_s: Any
+    wall_s: Any
+    mode: Any
+    stages: Any
+    raw: Mapping
+
+    def holds(self, name: str) -> bool:
+        return name in self.raw
+
+
+@dataclass(frozen=True)
+class GitView(View):
+    commit: Any
+    raw: Mapping
+
+
+@dataclass(frozen=True)
+class SigningRecord(View):
+    """pack.json -> signing (schema 2 on; None: unsigned): the key that signed the provenance statement."""
+
+    key_type: Any
+    key_fingerprint: Any
+    key_comment: Any
+    raw: Mapping
+
+
+@dataclass(frozen=True)
+class PackFields(View):
+    """The fields of a pack.json object that readers of an unparsed one ask (verify, before the reader of its
+    schema version runs)."""
+
+    schema_version: Any
+    pack_id: Any
+    label: Any
+    git: GitView
+    stages: Any
+    gates: Any
+    timings: Any
+    raw: Mapping
 
 
 @dataclass(frozen=True)
@@ -187,7 +251,7 @@ class PackRecord:
     @property
     def total_s(self) -> Any:
         """The run's wall time in seconds (timings.total_s), None when not recorded."""
-        return self.timings.get("total_s") if isinstance(self.timings, dict) else None
+        return view(Timings, self.timings).total_s
 
     @property
     def has_signing_record(self) -> bool:

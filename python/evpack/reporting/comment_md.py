@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..markdown import code, short, text
+from ..records.pack import Timings
 from ..stages.base import ERROR, FAIL, SKIPPED
 from .bench_sections import canonical_leaderboard
 from .common import ICON, LABEL_MARK, MARKER, PackView, gate_table, labels_line, load_view, machine_line
@@ -90,8 +91,8 @@ def _facts(view: PackView, links: dict[str, str]) -> list[str]:
                   f"[CI run {links['run'].rsplit('/runs/', 1)[1]}]({links['run']}) ([artifacts]({links['artifacts']}))")
     else:
         report = f"Report: [report.html](report.html) in the pack {code(view.pack_id)} (beside this file)"
-    timings = pj.get("timings") if isinstance(pj.get("timings"), dict) else {}
-    total = timings.get("wall_s", timings.get("total_s"))  # wall_s: start to pack (packs of schema 3 on)
+    timings = Timings.from_json(pj.timings)
+    total = timings.wall_s if timings.holds("wall_s") else timings.total_s  # wall_s: start to pack (schema 3 on)
     line = f"Commit {shown} · {machine_line(view.env)} · created {text(pj.created_utc)}"
     if isinstance(total, (int, float)):
         line += f" in {total:.0f} s"

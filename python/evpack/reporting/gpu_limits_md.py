@@ -8,6 +8,7 @@ from pathlib import Path
 from ..jsonio import read_json
 from ..markdown import text
 from ..parsers.nvsmi import limit_value
+from ..records.env import EnvFacts, GpuLimits, GpuLimitsFile
 
 _REASONS = "clocks_event_reasons."
 
@@ -16,8 +17,8 @@ def _num(v, unit: str) -> str:
     return "missing" if v is None else (f"{v:g} {unit}" if isinstance(v, (int, float)) else text(v))
 
 
-def _state(g: dict) -> str:
-    v = g.get("values") or {}
+def _state(g: GpuLimits) -> str:
+    v = g.values
     active = [k[len(_REASONS):] for k, x in v.items() if k.startswith(_REASONS) and k != f"{_REASONS}active"
               and isinstance(x, str) and x.lower() == "active"]
     return (f"power limit {_num(v.get('power.limit'), 'W')} (default {_num(v.get('power.default_limit'), 'W')}, "
@@ -28,27 +29,20 @@ def _state(g: dict) -> str:
             + (text(", ".join(active)) if active else f"none active ({_num(v.get(f'{_REASONS}active'), '')})"))
 
 
-def _first(limits) -> dict | None:
-    gpus = limits.get("gpus") if isinstance(limits, dict) else None
-    return gpus[0] if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict) else None
-
-
 def limit_lines(env: dict, pack_dir: Path) -> list[str]:
     lines = []
-    smi = env.get("nvidia_smi_query") if isinstance(env, dict) else None
-    g = _first(smi.get("limits")) if isinstance(smi, dict) else None
+    g = EnvFacts.from_json(env).nvidia_smi_query.limits.first
     if g:
-        sku = g.get("sku") or {}
-        lines.append("- GPU SKU: " + "; ".join(f"{text(k)} {text(sku.get(k)) if sku.get(k) else 'missing'}"
+        lines.append("- GPU SKU: " + "; ".join(f"{text(k)} {text(g.sku.get(k)) if g.sku.get(k) else 'missing'}"
                                                for k in ("Product Name", "Product Brand", "Board Part Number",
                                                          "Max Power Limit")))
         lines.append(f"- at the start of the run: {_state(g)}")
     try:
-        bench = read_json(pack_dir / "bench" / "gpu_limits.json")
+        bench = GpuLimitsFile.from_json(read_json(pack_dir / "bench" / "gpu_limits.json"))
     except (OSError, ValueError):
         return lines
-    for when in ("before", "after"):
-        g = _first(bench.get(when)) if isinstance(bench, dict) else None
+    for when, limits in (("before", bench.before), ("after", bench.after)):
+        g = limits.first
         if g:
             lines.append(f"- {when} the timed shapes: {_state(g)}")
     return lines

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..markdown import code, table, text
+from ..records.pack import StageTiming, Timings
 from ..stages.base import SKIPPED
 from ..stages.order import stage_module
 from . import bench_sections
@@ -59,7 +60,7 @@ def _pack_facts(view: PackView) -> list[str]:
         lines.append(signature)
     for w in pj.warnings or []:
         lines.append(f"- WARNING: {text(w)}")
-    run = run_line(pj.get("timings"))
+    run = run_line(pj.timings)
     if run:
         lines.append(run)
     zd = pj.zero_delta
@@ -76,14 +77,15 @@ def _secs(x) -> bool:
 def run_line(timings) -> str | None:
     """'- run: 183 s wall (overlapped): build 0-48 s · sass 48-104 s · ...' (stages that ran, by start), or
     None for a pack made before timings.wall_s."""
-    if not isinstance(timings, dict) or not _secs(timings.get("wall_s")):
+    t = Timings.from_json(timings)
+    if not isinstance(timings, dict) or not _secs(t.wall_s):
         return None
-    stages = timings.get("stages") if isinstance(timings.get("stages"), dict) else {}
-    spans = sorted((v["start_s"], v["end_s"], n) for n, v in stages.items() if isinstance(v, dict)
-                   and _secs(v.get("start_s")) and _secs(v.get("end_s")) and v["end_s"] - v["start_s"] >= 0.05)
-    line = f"- run: {timings['wall_s']:.0f}\u00a0s wall"
-    if timings.get("mode") in ("overlapped", "sequential"):
-        line += f" ({timings['mode']})"
+    stages = t.stages if isinstance(t.stages, dict) else {}
+    spans = sorted((v.start_s, v.end_s, n) for n, v in ((n, StageTiming.from_json(v)) for n, v in stages.items())
+                   if _secs(v.start_s) and _secs(v.end_s) and v.end_s - v.start_s >= 0.05)
+    line = f"- run: {t.wall_s:.0f}\u00a0s wall"
+    if t.mode in ("overlapped", "sequential"):
+        line += f" ({t.mode})"
     if spans:
         line += ": " + " · ".join(f"{text(n)} {a:.0f}\u2013{b:.0f}\u00a0s" for a, b, n in spans)
     return line

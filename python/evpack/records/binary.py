@@ -1,0 +1,22 @@
+"""<stage>/binary.json: which shared object a stage loaded or disassembled (evpack.binary.loaded_binary)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .view import View
+
+DEFAULT_MODULE = "evpack._C"  # records written before the canary extension name no module
+
+
+@dataclass(frozen=True)
+class BinaryRecord(View):
+    module: Any
+    path: Any
+    sha256: Any
+    raw: Mapping
+
+    @property
+    def module_name(self) -> Any:
+        return self.module if "module" in self.raw else DEFAULT_MODULE

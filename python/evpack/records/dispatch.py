@@ -1,0 +1,65 @@
+"""dispatch_table.json: views of the default-kernel table (dispatch.generate_table writes it)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .view import View
+
+
+@dataclass(frozen=True)
+class RunnerUp(View):
+    """A choice's second-best kernel (an empty view when the class had one candidate)."""
+
+    variant: Any
+    config: Any
+    geomean_us: Any
+    raw: Mapping
+
+
+@dataclass(frozen=True)
+class Choice(View):
+    """One shape class's default kernel on a device."""
+
+    dtype: Any
+    head_dim: Any
+    causal: Any
+    size: Any
+    variant: Any
+    config: Any
+    geomean_us: Any
+    runner_up: RunnerUp
+    candidates: Any
+    shapes: Any
+    raw: Mapping
+
+    @property
+    def shape_class(self) -> tuple:
+        return self.dtype, self.head_dim, self.causal, self.size
+
+    @property
+    def kernel(self) -> tuple:
+        return self.variant, self.config
+
+
+@dataclass(frozen=True)
+class DeviceEntry(View):
+    name: Any
+    capability: Any
+    sm_count: Any
+    choices: tuple[Choice, ...]
+    raw: Mapping
+
+
+@dataclass(frozen=True)
+class DispatchTable(View):
+    schema_version: Any
+    generated_by: Any
+    source_pack: Any
+    source_commit: Any
+    source_label: Any
+    mode: Any
+    rule: Any
+    devices: tuple[DeviceEntry, ...]
+    raw: Mapping

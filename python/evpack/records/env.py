@@ -1,0 +1,59 @@
+"""env.json (envlock.collect_env) and bench/gpu_limits.json: views of what the run recorded of its machine."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .view import View
+
+
+@dataclass(frozen=True)
+class GpuLimits(View):
+    """One GPU of an nvidia-smi limits query (envlock.gpu_limits): the queried values by nvidia-smi's field
+    names, and the SKU lines of `nvidia-smi -q`."""
+
+    values: Mapping
+    sku: Mapping
+    raw: Mapping
+
+
+@dataclass(frozen=True)
+class LimitsQuery(View):
+    """envlock.gpu_limits(): one entry per GPU."""
+
+    gpus: tuple[GpuLimits, ...]
+    raw: Mapping
+
+    @property
+    def first(self) -> GpuLimits | None:
+        """The first GPU's limits (None when the first entry is missing, empty or not an object)."""
+        gpus = self.raw.get("gpus")
+        return self.gpus[0] if isinstance(gpus, list) and gpus and isinstance(gpus[0], Mapping) and gpus[0] else None
+
+
+@dataclass(frozen=True)
+class SmiQuery(View):
+    """env.json -> nvidia_smi_query: the driver's own facts, and since the GPU-limits record its limits."""
+
+    limits: LimitsQuery
+    raw: Mapping
+
+
+@dataclass(frozen=True)
+class GpuLimitsFile(View):
+    """bench/gpu_limits.json: the limits before and after the timed shapes."""
+
+    before: LimitsQuery
+    after: LimitsQuery
+    raw: Mapping
+
+
+@dataclass(frozen=True)
+class EnvFacts(View):
+    gpu_name: Any
+    driver_version: Any
+    torch_version: Any
+    cuda_version: Any
+    nvidia_smi_query: SmiQuery
+    raw: Mapping
