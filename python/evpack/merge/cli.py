@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..options import REQUIREMENTS, meets
+from ..records.merged import MergedRecord
 from .record import is_merged_verdict
 
 DOC = """\
@@ -73,17 +74,16 @@ def merge(args, packs: list[Path]) -> int:
 
     result = merge_packs(packs, args.out, allowed_signers=args.allowed_signers,
                          require_signature=args.require_signature, force=args.force, stages=args.stage_package)
-    rec = result.record
-    for m in rec["members"]:
-        gpu = m["gpu"]
-        print(f"member {m['pack_id']}: {gpu['name'] or 'no GPU'} ({gpu['uuid'] or 'UUID not recorded'}), "
-              f"{m['label']}, signature {m['signature']['state']}")
-    print(f"merged verdict {rec['verdict_id']}: {rec['label']} ({', '.join(rec['labels'])})")
+    rec = MergedRecord.from_json(result.record)
+    for m in rec.members:
+        print(f"member {m.pack_id}: {m.gpu.name or 'no GPU'} ({m.gpu.uuid or 'UUID not recorded'}), "
+              f"{m.label}, signature {m.signature.state}")
+    print(f"merged verdict {rec.verdict_id}: {rec.label} ({', '.join(rec.labels)})")
     print(f"WROTE {result.out}")
     if args.require is None:
         return 0
-    ok = meets(rec["label"], args.require)
-    print(f"requirement {args.require}: {'met' if ok else 'NOT met'} by {rec['label']}")
+    ok = meets(rec.label, args.require)
+    print(f"requirement {args.require}: {'met' if ok else 'NOT met'} by {rec.label}")
     return 0 if ok else 1
 
 

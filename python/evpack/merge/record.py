@@ -24,6 +24,8 @@ from ..labels import merged_label, merged_labels
 from ..model import GATE_ORDER, StageOutcome, worst
 from ..provenance.check import SIGNED, UNCHECKED, ProvenanceCheck
 from ..provenance.statement import PROVENANCE_FILE, SIGNATURE_FILE
+from ..records.merged import Member, MergedHead, MergedRecord
+from ..records.provenance import EnvJson, GpuDevice, PackJson, Predicate, Statement
 from ..stages.order import STAGE_ORDER, stage_module
 
 KIND = "evpack-merged-verdict"
@@ -62,11 +64,16 @@ def signature_state(prov: ProvenanceCheck) -> str:
 def device_used(devices: list[dict], visible: str | None) -> dict | None:
     """The GPU the stages ran on, from nvidia-smi's listing: the first entry of CUDA_VISIBLE_DEVICES (an
     index, a UUID or a UUID prefix), or index 0 when it is unset. None when it names no listed device."""
+    used = _device_used(tuple(GpuDevice.from_json(d) for d in devices), visible)
+    return dict(used.raw) if used is not None else None
+
+
+def _device_used(devices: tuple[GpuDevice, ...], visible: str | None) -> GpuDevice | None:
     token = (visible or "0").split(",")[0].strip()
     for d in devices:
-        if token.isdigit() and d.get("index") == int(token):
+        if token.isdigit() and d.index == int(token):
             return d
-        uuid = str(d.get("uuid") or "")
+        uuid = str(d.uuid or "")
         if not token.isdigit() and token and (uuid == token or uuid.startswith(token) or uuid == f"GPU-{token}"):
             return d
     return None
@@ -79,24 +86,24 @@ def _json(path: Path):
         return None
 
 
-def _gpu(env: dict, statement: dict | None) -> dict:
-    listed = ((statement or {}).get("predicate") or {}).get("gpu") or {}
-    smi = listed.get("devices") if isinstance(listed.get("devices"), dict) else None
-    devices = [d for d in (smi or {}).get("devices") or [] if isinstance(d, dict)]
-    used = device_used(devices, (smi or {}).get("visible"))
-    return {"name": env.get("gpu_name"), "compute_capability": env.get("compute_capability"),
-            "driver": env.get("driver_version"), "uuid": used.get("uuid") if used else None,
-            "devices": [{k: d.get(k) for k in ("index", "name", "uuid", "driver")} for d in devices],
-            "visible": (smi or {}).get("visible"), "devices_from": PROVENANCE_FILE if smi is not None else None}
+def _gpu(env: EnvJson, predicate: Predicate) -> dict:
+    smi = predicate.gpu.listing
+    devices = smi.entries if smi is not None else ()
+    visible = smi.visible if smi is not None else None
+    used = _device_used(devices, visible)
+    return {"name": env.gpu_name, "compute_capability": env.compute_capability,
+            "driver": env.driver_version, "uuid": used.uuid if used else None,
+            "devices": [d.to_json() for d in devices],
+            "visible": visible, "devices_from": PROVENANCE_FILE if smi is not None else None}
 
 
-def headline(pack_dir: Path, pj: dict, stages: str | None = None,
+def headline(pack_dir: Path, pj: PackJson, stages: str | None = None,
              outcomes: dict[str, StageOutcome] | None = None) -> dict:
     """Headline numbers from the stages that offer them (stage hook `headline(outcome)`): of the outcomes verify
     derived from the member's raw files when given, else of its checked outcome.json."""
     out: dict = {}
     for name in STAGE_ORDER:
-        if name not in pj.get("stages", {}):
+        if name not in pj.stages:
             continue
         hook = getattr(stage_module(name, stages), "headline", None)
         if hook is None:
@@ -119,44 +126,49 @@ def member_record(pack_dir: Path, prov: ProvenanceCheck, *, stages: str | None =
                   outcomes: dict[str, StageOutcome] | None = None) -> dict:
     """What merged.json says about one member, read from its files (which `verify` has checked); `outcomes`:
     the stage outcomes verify derived (the headline numbers come from them)."""
-    pj = read_json(pack_dir / "pack.json")
-    env = _json(pack_dir / "env.json") or {}
-    statement = _json(pack_dir / PROVENANCE_FILE)
-    statement = statement if isinstance(statement, dict) else None
-    tree = (((statement or {}).get("predicate") or {}).get("source") or {}).get("tree") or {}
-    git = pj.get("git") or {}
+    pj = PackJson.from_json(read_json(pack_dir / "pack.json"))
+    missing = next((k for k in ("pack_id", "label", "labels", "gates") if k not in pj.raw), None)
+    if missing is not None:
+        raise KeyError(missing)
+    env = EnvJson.from_json(_json(pack_dir / "env.json"))
+    predicate = Statement.from_json(_json(pack_dir / PROVENANCE_FILE)).pred
     return {
-        "pack_id": pj["pack_id"],
-        "path": f"{MEMBERS_DIR}/{pj['pack_id']}",
-        "schema_version": pj.get("schema_version"),
-        "created_utc": pj.get("created_utc"),
-        "source": {"commit": git.get("commit"), "dirty": git.get("dirty"), "tree_sha256": tree.get("sha256")},
-        "label": pj["label"],
-        "labels": list(pj["labels"]),
-        "gates": {g: (v or {}).get("status") for g, v in pj["gates"].items()},
-        "gpu": _gpu(env, statement),
+        "pack_id": pj.pack_id,
+        "path": f"{MEMBERS_DIR}/{pj.pack_id}",
+        "schema_version": pj.schema_version,
+        "created_utc": pj.created_utc,
+        "source": {"commit": pj.git.commit, "dirty": pj.git.dirty, "tree_sha256": predicate.source.tree.sha256},
+        "label": pj.label,
+        "labels": list(pj.labels),
+        "gates": pj.gate_statuses,
+        "gpu": _gpu(env, predicate),
         "headline": headline(pack_dir, pj, stages, outcomes),
         "signature": {"state": signature_state(prov), "principal": prov.principal, "fingerprint": prov.fingerprint},
         "digests": digests(pack_dir),
     }
 
 
+def _views(members: list[dict]) -> list[Member]:
+    return [Member.from_json(m) for m in members]
+
+
 def source_problems(members: list[dict]) -> list[str]:
     """Why these members cannot be one verdict: no commit, different commits, different uncommitted changes."""
-    out = [f"member {m['pack_id']}: pack.json records no git commit, so it cannot be matched with the others"
-           for m in members if not m["source"]["commit"]]
+    ms = _views(members)
+    out = [f"member {m.pack_id}: pack.json records no git commit, so it cannot be matched with the others"
+           for m in ms if not m.source.commit]
     commits: dict[str, list[str]] = {}
-    for m in members:
-        if m["source"]["commit"]:
-            commits.setdefault(m["source"]["commit"], []).append(m["pack_id"])
+    for m in ms:
+        if m.source.commit:
+            commits.setdefault(m.source.commit, []).append(m.pack_id)
     if len(commits) > 1:
         out.append("members come from different commits (a merged verdict covers one commit): " + "; ".join(
             f"{c[:12]}: {', '.join(ids)}" for c, ids in commits.items()))
-    trees = [m["source"]["tree_sha256"] for m in members]
-    dirty = [m["pack_id"] for m in members if m["source"]["dirty"]]
+    trees = [m.source.tree_sha256 for m in ms]
+    dirty = [m.pack_id for m in ms if m.source.dirty]
     if None not in trees and len(set(trees)) > 1:
         out.append("members come from different source trees (their tracked files differ, e.g. other uncommitted "
-                   "changes): " + "; ".join(f"{m['pack_id']}: {t[:12]}" for m, t in zip(members, trees, strict=True)))
+                   "changes): " + "; ".join(f"{m.pack_id}: {t[:12]}" for m, t in zip(ms, trees, strict=True)))
     elif None in trees and dirty:
         out.append(f"{', '.join(dirty)}: built from a dirty tree, and not every member records its source tree "
                    "digest (provenance.json), so the uncommitted changes cannot be matched")
@@ -166,40 +178,44 @@ def source_problems(members: list[dict]) -> list[str]:
 def gpu_types(members: list[dict]) -> list[dict]:
     """The GPU types (by name) in order of first appearance, each with its members."""
     types: dict[str | None, list[str]] = {}
-    for m in members:
-        types.setdefault(m["gpu"]["name"], []).append(m["pack_id"])
+    for m in _views(members):
+        types.setdefault(m.gpu.name, []).append(m.pack_id)
     return [{"name": name, "members": ids} for name, ids in types.items()]
 
 
 def combined_gates(members: list[dict]) -> dict[str, str]:
     """Each gate's worst status over the members that hold it (error > fail > skipped > pass)."""
-    names = [g for g in GATE_ORDER if any(g in m["gates"] for m in members)]
-    names += sorted({g for m in members for g in m["gates"]} - set(names))
-    return {g: worst(m["gates"][g] for m in members if g in m["gates"]) for g in names}
+    gates = [m.gates for m in _views(members)]
+    names = [g for g in GATE_ORDER if any(g in m for m in gates)]
+    names += sorted({g for m in gates for g in m} - set(names))
+    return {g: worst(m[g] for m in gates if g in m) for g in names}
 
 
 def decide(members: list[dict], signatures_checked: bool) -> dict:
     """The verdict's label and labels under RULE, its GPU types and combined gates."""
-    ok = [m["signature"]["state"] == VERIFIED for m in members] if signatures_checked else None
-    label = merged_label([m["label"] for m in members], ok)
-    return {"label": label, "labels": merged_labels([m["labels"] for m in members], label),
+    ms = _views(members)
+    ok = [m.signature.state == VERIFIED for m in ms] if signatures_checked else None
+    label = merged_label([m.label for m in ms], ok)
+    return {"label": label, "labels": merged_labels([m.labels for m in ms], label),
             "gpu_types": gpu_types(members), "gates": combined_gates(members)}
 
 
 def label_view(record: dict) -> dict:
     """The merged verdict in the shape `labels.format_labels` prints (gate reasons: each member's status)."""
+    rec = MergedRecord.from_json(record)
     gates = {}
-    for g, status in record["gates"].items():
-        per = [f"{m['gpu']['name'] or 'no GPU'} {m['gates'].get(g, '-')}" for m in record["members"]]
+    for g, status in rec.gates.items():
+        per = [f"{m.gpu.name or 'no GPU'} {m.gates.get(g, '-')}" for m in rec.members]
         gates[g] = {"status": status, "reason": "; ".join(per)}
-    return {"pack_id": record["verdict_id"], "label": record["label"], "labels": record["labels"], "gates": gates}
+    return {"pack_id": rec.verdict_id, "label": rec.label, "labels": rec.labels, "gates": gates}
 
 
 def verdict_id(members: list[dict]) -> str:
     """<commit sha12>-<sha12 of the members' index.json digests, sorted>: the same members, the same id."""
     # a member whose index.json is not a file has no digest of it (verify names that member's problem)
-    joined = "\n".join(sorted(m["digests"].get("index.json") or "none" for m in members))
-    commit = (members[0]["source"]["commit"] or "nogit")[:12] if members else "none"
+    ms = _views(members)
+    joined = "\n".join(sorted(m.digests.get("index.json") or "none" for m in ms))
+    commit = (ms[0].source.commit or "nogit")[:12] if ms else "none"
     return f"{commit}-{hashlib.sha256(joined.encode('ascii')).hexdigest()[:12]}"
 
 
@@ -209,12 +225,13 @@ def load_record(folder: Path) -> dict:
         record = read_json(Path(folder) / MERGED_FILE)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{MERGED_FILE} is corrupt: {exc}") from None
-    if not isinstance(record, dict) or record.get("kind") != KIND:
+    head = MergedHead.from_json(record)
+    if not isinstance(record, dict) or head.kind != KIND:
         raise ValueError(f"{MERGED_FILE} is not a merged verdict (kind must be {KIND!r})")
-    if record.get("schema") not in KNOWN_SCHEMAS:
-        raise ValueError(f"{MERGED_FILE} schema {record.get('schema')!r} is unknown to this code (it knows "
+    if head.schema not in KNOWN_SCHEMAS:
+        raise ValueError(f"{MERGED_FILE} schema {head.schema!r} is unknown to this code (it knows "
                          f"{', '.join(map(str, KNOWN_SCHEMAS))}): use a newer evpack")
-    if not isinstance(record.get("members"), list) or not all(isinstance(m, dict) for m in record["members"]):
+    if not head.member_objects:
         raise ValueError(f"{MERGED_FILE} is malformed: no members list")
     return record
 

@@ -24,6 +24,7 @@ from ..dictwalk import MISSING, Rules, all_keys
 from ..dictwalk import differences as walk
 from ..pack import PACK_ID_RE, PackError
 from ..provenance.signing import SigningError, read_allowed_signers, ssh_keygen
+from ..records.merged import Member, MemberSignature, MergedHead, MergedRecord, StoredMember
 from ..verify import compare_index, list_files, read_index, scan, verify_all
 from .record import (
     INDEX_FILE,
@@ -87,23 +88,24 @@ def check_own_files(folder: Path, names: set[str]) -> list[str]:
     return problems
 
 
-def _signature_problems(stored: object, derived: dict, signers_checked: bool, where: str) -> list[str]:
-    if not isinstance(stored, dict):
-        return [f"{where}.signature: {type(stored).__name__}, not an object"]
-    if stored.get("state") not in SIGNATURE_STATES:
-        return [f"{where}.signature.state: unknown state {stored.get('state')!r}"]
-    if (stored["state"] == UNSIGNED) != (derived["state"] == UNSIGNED):
-        return [f"{where}.signature: merged.json says {stored['state']} but the member is {derived['state']}"]
+def _signature_problems(value: object, derived: MemberSignature, signers_checked: bool, where: str) -> list[str]:
+    if not isinstance(value, dict):
+        return [f"{where}.signature: {type(value).__name__}, not an object"]
+    stored = MemberSignature.from_json(value)
+    if stored.state not in SIGNATURE_STATES:
+        return [f"{where}.signature.state: unknown state {stored.state!r}"]
+    if (stored.state == UNSIGNED) != (derived.state == UNSIGNED):
+        return [f"{where}.signature: merged.json says {stored.state} but the member is {derived.state}"]
     out = []
-    if signers_checked and stored["state"] != derived["state"]:
-        out.append(f"{where}.signature: merged.json says {stored['state']} but against these allowed signers "
-                   f"it is {derived['state']}")
+    if signers_checked and stored.state != derived.state:
+        out.append(f"{where}.signature: merged.json says {stored.state} but against these allowed signers "
+                   f"it is {derived.state}")
     # A member merged.json calls verified names the key that signed it (merge wrote it so): without the
     # allowed signers here, that key is the one thing of the claim this check can hold to the member.
-    named = stored.get("fingerprint") or stored["state"] == VERIFIED
-    if named and derived.get("fingerprint") and stored.get("fingerprint") != derived["fingerprint"]:
-        out.append(f"{where}.signature: merged.json names key {stored['fingerprint']} but the member is signed "
-                   f"with {derived['fingerprint']}")
+    named = stored.fingerprint or stored.state == VERIFIED
+    if named and derived.fingerprint and stored.fingerprint != derived.fingerprint:
+        out.append(f"{where}.signature: merged.json names key {stored.fingerprint} but the member is signed "
+                   f"with {derived.fingerprint}")
     return out
 
 
@@ -127,18 +129,19 @@ def verify_merged(folder: Path, *, allowed_signers: Path | None = None, require_
         return MergedCheck(("no merged.json",), (), None, False)
     except ValueError as exc:
         return MergedCheck((str(exc),), (), None, False)
-    stored_members = record["members"]
-    ids = [str(m.get("pack_id")) for m in stored_members]
+    merged = MergedRecord.from_json(record)
+    stored_members = [StoredMember.from_json(m) for m in MergedHead.from_json(record).members]
+    ids = [str(m.pack_id) for m in stored_members]
     problems = check_own_files(folder, set(ids))
     if not ids:
         problems.append("merged.json names no member")
     if len(set(ids)) != len(ids):
         problems.append("merged.json names a member twice")
-    rule = record.get("rule") if isinstance(record.get("rule"), dict) else {}
-    if not isinstance(rule.get("signatures_checked"), bool):
+    rule_checked = merged.rule.signatures_checked
+    if not isinstance(rule_checked, bool):
         problems.append("rule.signatures_checked: missing in merged.json")
     # States are compared exactly only when both the merge and this check had allowed signers.
-    strict = allowed_signers is not None and rule.get("signatures_checked") is True
+    strict = allowed_signers is not None and rule_checked is True
     derived, summaries = [], []
     for i, (pack_id, stored) in enumerate(zip(ids, stored_members, strict=True)):
         where = f"members[{i}] ({pack_id})"
@@ -158,24 +161,21 @@ def verify_merged(folder: Path, *, allowed_signers: Path | None = None, require_
             continue
         problems += [f"member {pack_id}: {p}" for p in member_problems]
         summaries.append((pack_id, prov.summary))
-        problems += differences({k: v for k, v in stored.items() if k != "signature"},
+        problems += differences({k: v for k, v in stored.raw.items() if k != "signature"},
                                 {k: v for k, v in rec.items() if k != "signature"}, where)
-        problems += _signature_problems(stored.get("signature") or {}, rec["signature"], strict, where)
-        if not strict and isinstance(stored.get("signature"), dict):
-            rec["signature"] = stored["signature"]  # the signer is not re-checked here: merged.json's word
+        problems += _signature_problems(stored.signature or {}, Member.from_json(rec).signature, strict, where)
+        if not strict and isinstance(stored.signature, dict):
+            rec = dict(rec, signature=stored.signature)  # the signer is not re-checked here: merged.json's word
         derived.append(rec)
     if len(derived) != len(stored_members):
-        return MergedCheck(tuple(problems), tuple(summaries), record.get("label"), strict,
-                           rule.get("signatures_checked") is True)
+        return MergedCheck(tuple(problems), tuple(summaries), merged.label, strict, rule_checked is True)
     problems += source_problems(derived)
-    decision = decide(derived, rule.get("signatures_checked") is True)
-    decision["verdict_id"] = verdict_id(derived)
+    decision = dict(decide(derived, rule_checked is True), verdict_id=verdict_id(derived))
     for key in (*COMPARED, "verdict_id"):
         problems += differences(record[key], decision[key], key) if key in record else [
             f"{key}: missing in merged.json"]
-    stored_commit = (record.get("source") if isinstance(record.get("source"), dict) else {}).get("commit")
-    commit = derived[0]["source"]["commit"] if derived else None
+    stored_commit = merged.source.commit
+    commit = Member.from_json(derived[0]).source.commit if derived else None
     if stored_commit != commit:
         problems.append(f"source.commit: merged.json says {stored_commit} but the members come from {commit}")
-    return MergedCheck(tuple(problems), tuple(summaries), decision["label"], strict,
-                       rule.get("signatures_checked") is True)
+    return MergedCheck(tuple(problems), tuple(summaries), decision["label"], strict, rule_checked is True)

@@ -17,6 +17,7 @@ from pathlib import Path
 from ..binary import sha256_file
 from ..jsonio import read_json
 from ..packfs import write_bytes
+from ..records.provenance import EnvJson, PackFacts, PackJson
 from .signing import SigningError, SigningKey, sign
 from .statement import (
     BINARY_RECORDS,
@@ -55,18 +56,18 @@ def tree_digest(repo: Path) -> dict:
     if proc.returncode != 0:
         return dict(out, error=f"git ls-files failed: {proc.stderr.decode('utf-8', 'replace').strip()[:200]}")
     h = hashlib.sha256()
+    files, missing = 0, []
     for raw in proc.stdout.split(b"\0"):
         if not raw:
             continue
         rel = raw.decode("utf-8", "surrogateescape")
         path = repo / rel
         if not path.is_file():  # deleted in the working tree, or a submodule
-            out["missing"].append(rel)
+            missing.append(rel)
             continue
         h.update(tree_line(sha256_file(path), rel).encode("utf-8", "surrogateescape"))
-        out["files"] += 1
-    out["sha256"] = h.hexdigest()
-    return out
+        files += 1
+    return dict(out, sha256=h.hexdigest(), files=files, missing=missing)
 
 
 def gpu_devices() -> dict:
@@ -97,13 +98,17 @@ def _json_or_none(path: Path):
         return None
 
 
-def read_pack_facts(pack_dir: Path) -> dict:
+def read_facts(pack_dir: Path) -> PackFacts:
     """pack_facts() from the pack's files (pack.json, env.json, bench/clocks.json)."""
-    pj = _json_or_none(pack_dir / "pack.json")
-    env = _json_or_none(pack_dir / "env.json")
-    pj = pj if isinstance(pj, dict) else {}
-    return pack_facts(pack_id=str(pj.get("pack_id")), pack_json=pj, env_json=env if isinstance(env, dict) else {},
+    pj = PackJson.from_json(_json_or_none(pack_dir / "pack.json"))
+    env = EnvJson.from_json(_json_or_none(pack_dir / "env.json"))
+    return pack_facts(pack_id=str(pj.pack_id), pack_json=pj, env_json=env,
                       clocks_json=_json_or_none(pack_dir / "bench" / "clocks.json"))
+
+
+def read_pack_facts(pack_dir: Path) -> dict:
+    """read_facts() as the predicate's JSON fields (what verify compares with the statement's)."""
+    return read_facts(pack_dir).as_dict()
 
 
 def pack_subjects(pack_dir: Path, predicate_type: str = PREDICATE_TYPE) -> list[Subject]:
@@ -127,7 +132,7 @@ def write_provenance(pack_dir: Path, run: RunFacts, signer: SigningKey | None) -
     if (pack_dir / PROVENANCE_FILE).exists() or (pack_dir / SIGNATURE_FILE).exists():
         return f"{pack_dir} already holds {PROVENANCE_FILE}: not overwritten"
     try:
-        statement = build_statement(subjects=pack_subjects(pack_dir), facts=read_pack_facts(pack_dir), run=run)
+        statement = build_statement(subjects=pack_subjects(pack_dir), facts=read_facts(pack_dir), run=run)
         data = (json.dumps(statement, indent=2, ensure_ascii=True) + "\n").encode("ascii")
         write_bytes(pack_dir / PROVENANCE_FILE, data)
     except (OSError, ValueError) as exc:

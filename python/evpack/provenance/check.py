@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..jsonio import parse_json, read_json
+from ..records.provenance import PackJson, SigningEntry, Statement
 from .attest import pack_subjects, read_pack_facts
 from .sigform import signature_form_problem
 from .signing import SigningError, check_signature, read_allowed_signers, ssh_keygen
@@ -50,7 +51,7 @@ def _signing_record(pack_dir: Path) -> tuple[bool, object]:
         return False, None
     if not isinstance(pj, dict) or "signing" not in pj:
         return False, None
-    return True, pj["signing"]
+    return True, PackJson.from_json(pj).signing
 
 
 def _subject_problems(pack_dir: Path, statement: dict) -> list[str]:
@@ -58,7 +59,7 @@ def _subject_problems(pack_dir: Path, statement: dict) -> list[str]:
     stated = subjects_of(statement)
     if not (pack_dir / "index.json").is_file():
         return ["provenance digest: index.json is missing"]
-    return subject_problems(stated, pack_subjects(pack_dir, statement["predicateType"]))
+    return subject_problems(stated, pack_subjects(pack_dir, Statement.from_json(statement).predicateType))
 
 
 def _unsigned(problems: list[str], require: bool, summary: str) -> ProvenanceCheck:
@@ -84,6 +85,7 @@ def check_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
     allowed = signer_options(allowed_signers, require_signature)
     has_record, entry = _signing_record(pack_dir)
     record = entry if isinstance(entry, dict) else None
+    recorded_key = SigningEntry.from_json(record).key_fingerprint
     prov, sig = pack_dir / PROVENANCE_FILE, pack_dir / SIGNATURE_FILE
     problems: list[str] = []
     if not prov.is_file():
@@ -106,7 +108,7 @@ def check_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
         problems.append(f"provenance: {PROVENANCE_FILE} is malformed: {exc}")
     if not sig.is_file():
         if record:
-            problems.append(f"signature: pack.json records signing with key {record.get('key_fingerprint')} but "
+            problems.append(f"signature: pack.json records signing with key {recorded_key} but "
                             f"there is no {SIGNATURE_FILE} (signing failed, or the signature was removed)")
         return _unsigned(problems, require_signature, "unsigned")
     signed_later = has_record and entry is None  # `signing: null`: signed after the run by `evpack sign`
@@ -126,9 +128,9 @@ def check_provenance(pack_dir: Path, *, allowed_signers: Path | None = None,
     if not check.ok:
         problems.append(f"signature: not valid for {PROVENANCE_FILE}: {check.detail}")
         return ProvenanceCheck(SIGNED, tuple(problems), None, check.fingerprint, "signature NOT valid")
-    if record and check.fingerprint != record.get("key_fingerprint"):
+    if record and check.fingerprint != recorded_key:
         problems.append(f"signature: made with key {check.fingerprint} but pack.json records key "
-                        f"{record.get('key_fingerprint')}")
+                        f"{recorded_key}")
     when = " after the run" if signed_later else ""
     if check.principal:
         summary = f"signed{when} by {check.principal} ({check.key_type} key {check.fingerprint})"

@@ -18,6 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..dictwalk import MISSING, Rules, differences, sorted_keys
+from ..records.provenance import (
+    BuildRecord,
+    CiIdentity,
+    EnvJson,
+    FactsGpu,
+    GpuDevice,
+    PackFacts,
+    PackJson,
+    SigningEntry,
+    Statement,
+    StatementSubject,
+)
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE_V1 = "urn:evpack:provenance:v1"
@@ -66,39 +78,27 @@ def ci_identity(environ: dict[str, str]) -> dict | None:
     return {"system": "github-actions", "variables": found}
 
 
-def pack_facts(*, pack_id: str, pack_json: dict, env_json: dict, clocks_json: dict | None) -> dict:
+def pack_facts(*, pack_id: str, pack_json: PackJson, env_json: EnvJson, clocks_json: dict | None) -> PackFacts:
     """The predicate fields that repeat what the pack's own files say (verify compares them)."""
-    return {
-        "pack_id": pack_id,
-        "tool_version": pack_json.get("tool_version"),
-        "created_utc": pack_json.get("created_utc"),
-        "label": pack_json.get("label"),
-        "source": {"commit": (pack_json.get("git") or {}).get("commit"),
-                   "dirty": (pack_json.get("git") or {}).get("dirty")},
-        "options": pack_json.get("options"),
-        "stages": sorted((pack_json.get("stages") or {}).keys()),
-        "toolchain": pack_json.get("toolchain"),
-        "python": pack_json.get("python"),
-        "gpu": {"name": env_json.get("gpu_name"), "driver": env_json.get("driver_version"),
-                "compute_capability": env_json.get("compute_capability"),
-                "cuda": env_json.get("cuda_version")},
-        "bench_clocks": clocks_json,
-    }
+    return PackFacts(pack_id, pack_json.tool_version, pack_json.created_utc, pack_json.label, pack_json.git.commit,
+                     pack_json.git.dirty, pack_json.options, sorted(pack_json.stages), pack_json.toolchain,
+                     pack_json.python, FactsGpu(env_json.gpu_name, env_json.driver_version,
+                                                env_json.compute_capability, env_json.cuda_version), clocks_json)
 
 
-def build_statement(*, subjects: list[Subject], facts: dict, run: RunFacts) -> dict:
+def build_statement(*, subjects: list[Subject], facts: PackFacts, run: RunFacts) -> dict:
     """The in-toto Statement v1 dict: subjects + the evpack provenance predicate."""
     predicate = {
-        "pack_id": facts["pack_id"],
-        "tool_version": facts["tool_version"],
-        "created_utc": facts["created_utc"],
-        "label": facts["label"],
-        "source": dict(facts["source"], tree=run.tree),
-        "invocation": {"command": list(run.command), "options": facts["options"], "stages": facts["stages"]},
-        "toolchain": facts["toolchain"],
-        "python": facts["python"],
-        "gpu": dict(facts["gpu"], devices=run.gpu_devices),
-        "bench_clocks": facts["bench_clocks"],
+        "pack_id": facts.pack_id,
+        "tool_version": facts.tool_version,
+        "created_utc": facts.created_utc,
+        "label": facts.label,
+        "source": {"commit": facts.commit, "dirty": facts.dirty, "tree": run.tree},
+        "invocation": {"command": list(run.command), "options": facts.options, "stages": facts.stages},
+        "toolchain": facts.toolchain,
+        "python": facts.python,
+        "gpu": {**facts.gpu.as_dict(), "devices": run.gpu_devices},
+        "bench_clocks": facts.bench_clocks,
         "ci": run.ci,
     }
     return {"_type": STATEMENT_TYPE, "subject": [s.to_json() for s in subjects],
@@ -107,20 +107,7 @@ def build_statement(*, subjects: list[Subject], facts: dict, run: RunFacts) -> d
 
 def facts_of(statement: dict) -> dict:
     """The part of a statement's predicate that pack_facts() re-derives (inverse of build_statement)."""
-    p = statement["predicate"]
-    return {
-        "pack_id": p.get("pack_id"),
-        "tool_version": p.get("tool_version"),
-        "created_utc": p.get("created_utc"),
-        "label": p.get("label"),
-        "source": {"commit": (p.get("source") or {}).get("commit"), "dirty": (p.get("source") or {}).get("dirty")},
-        "options": (p.get("invocation") or {}).get("options"),
-        "stages": (p.get("invocation") or {}).get("stages"),
-        "toolchain": p.get("toolchain"),
-        "python": p.get("python"),
-        "gpu": {k: (p.get("gpu") or {}).get(k) for k in ("name", "driver", "compute_capability", "cuda")},
-        "bench_clocks": p.get("bench_clocks"),
-    }
+    return PackFacts.of_predicate(Statement.from_json(statement).pred).as_dict()
 
 
 _STR = (str, type(None))
@@ -143,20 +130,17 @@ _RUN_FACT_SHAPES = (
     (("gpu", "devices"), lambda v: isinstance(v, dict), "an object"),
     (("gpu", "devices", "source"), lambda v: isinstance(v, _STR), "a string or null"),
     (("gpu", "devices", "devices"), lambda v: isinstance(v, list) and all(
-        isinstance(d, dict) and isinstance(d.get("index"), (int, type(None))) and not isinstance(d.get("index"), bool)
-        and all(isinstance(d.get(k), _STR) for k in ("name", "uuid", "driver")) for d in v),
+        isinstance(d, dict) and GpuDevice.from_json(d).well_formed for d in v),
      "a list of {index, name, uuid, driver}"),
     (("gpu", "devices", "visible"), lambda v: isinstance(v, _STR), "a string or null"),
     (("gpu", "devices", "error"), lambda v: isinstance(v, _STR), "a string or null"),
-    (("ci",), lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("system"), str)
-                                     and isinstance(v.get("variables"), dict)
-                                     and all(isinstance(x, str) for x in v["variables"].values())),
+    (("ci",), lambda v: v is None or (isinstance(v, dict) and CiIdentity.from_json(v).well_formed),
      "null or {system, variables of strings}"),
 )
 def run_fact_problems(statement: object) -> list[str]:
     """The statement's run-only facts (command, source tree, GPUs, CI identity) that do not have the shape
     build_statement gives them: [] for a well-formed statement."""
-    pred = statement.get("predicate") if isinstance(statement, dict) else None
+    pred = Statement.from_json(statement).predicate
     if not isinstance(pred, dict):
         return ["provenance: the statement's predicate is not an object"]
     problems = []
@@ -183,9 +167,10 @@ def expected_subjects(predicate_type: str, index_sha256: str,
     record (module, record dict) in BINARY_RECORDS order. ValueError for a record that names another
     module or no file, or whose name is not unique."""
     out = [Subject(INDEX_SUBJECT, index_sha256)]
-    for module, rec in records:
-        path, digest = rec.get("path"), rec.get("sha256")
-        if rec.get("module") != module or not isinstance(path, str) or not path.strip("/") or \
+    for module, record in records:
+        rec = BuildRecord.from_json(record)
+        path, digest = rec.path, rec.sha256
+        if rec.module != module or not isinstance(path, str) or not path.strip("/") or \
                 not isinstance(digest, str):
             raise ValueError(f"build record of {module} does not name that module, a file and a sha256")
         out.append(Subject(object_subject_name(predicate_type, module, path), digest))
@@ -199,23 +184,23 @@ def subjects_of(statement: object) -> list[Subject]:
     """The subjects of a statement, in order; ValueError naming what is malformed."""
     if not isinstance(statement, dict):
         raise ValueError("provenance.json is not a JSON object")
-    if statement.get("_type") != STATEMENT_TYPE:
-        raise ValueError(f"provenance.json _type is {statement.get('_type')!r}, not {STATEMENT_TYPE}")
-    if statement.get("predicateType") not in PREDICATE_TYPES:
-        raise ValueError(f"provenance.json predicateType is {statement.get('predicateType')!r}, "
+    st = Statement.from_json(statement)
+    if st._type != STATEMENT_TYPE:
+        raise ValueError(f"provenance.json _type is {st._type!r}, not {STATEMENT_TYPE}")
+    if st.predicateType not in PREDICATE_TYPES:
+        raise ValueError(f"provenance.json predicateType is {st.predicateType!r}, "
                          f"not one of {', '.join(PREDICATE_TYPES)}")
-    if not isinstance(statement.get("predicate"), dict):
+    if not isinstance(st.predicate, dict):
         raise ValueError("provenance.json has no predicate object")
-    subjects = statement.get("subject")
+    subjects = st.subject
     if not isinstance(subjects, list) or not subjects:
         raise ValueError("provenance.json has no subject list")
     out = []
     for s in subjects:
-        digest = s.get("digest") if isinstance(s, dict) else None
-        if not isinstance(digest, dict) or not isinstance(s.get("name"), str) or \
-                not isinstance(digest.get("sha256"), str):
+        sub = StatementSubject.from_json(s)
+        if not isinstance(s, dict) or not isinstance(sub.name, str) or not isinstance(sub.sha256, str):
             raise ValueError(f"provenance.json subject {s!r} has no name and sha256 digest")
-        out.append(Subject(s["name"], digest["sha256"]))
+        out.append(Subject(sub.name, sub.sha256))
     return out
 
 
@@ -255,13 +240,14 @@ def report_line(pack_json: dict) -> str | None:
     """The report's signature line; None for packs made before provenance (their report has none)."""
     if "signing" not in pack_json:
         return None
-    rec = pack_json["signing"]
-    if not rec:
+    pj = PackJson.from_json(pack_json)
+    if not pj.signing:
         return (f"- signature: unsigned (`{PROVENANCE_FILE}` records the origin; no key signed it, so "
                 f"`verify --require-signature` rejects this pack)")
-    who = f" `{rec['key_comment']}`" if rec.get("key_comment") else ""
-    return (f"- signature: signed by{who} with {rec.get('key_type')} key `{rec.get('key_fingerprint')}` "
-            f"(`{SIGNATURE_FILE}`, checked by `python -m evpack verify {pack_json.get('pack_id')} "
+    rec = SigningEntry.from_json(pj.signing)
+    who = f" `{rec.key_comment}`" if rec.key_comment else ""
+    return (f"- signature: signed by{who} with {rec.key_type} key `{rec.key_fingerprint}` "
+            f"(`{SIGNATURE_FILE}`, checked by `python -m evpack verify {pj.pack_id} "
             f"--allowed-signers FILE`)")
 
 

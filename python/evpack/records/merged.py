@@ -29,11 +29,20 @@ class MemberSignature(View):
 
 
 @dataclass(frozen=True)
+class MergeSource(View):
+    commit: Any = None
+    dirty: Any = None
+    tree_sha256: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class Member(View):
     """One member pack: its id, where it is copied, its label, gates, GPU, signature and headline numbers."""
 
     pack_id: Any = None
     path: Any = None
+    source: MergeSource = field(default_factory=MergeSource)
     label: Any = None
     labels: Any = None
     gates: Mapping = field(default_factory=dict)  # gate -> status
@@ -69,11 +78,26 @@ class MergeRule(View):
 
 
 @dataclass(frozen=True)
-class MergeSource(View):
-    commit: Any = None
-    dirty: Any = None
-    tree_sha256: Any = None
+class StoredMember(View):
+    """A member of merged.json as verify compares it: its id and signature as the file holds them."""
+
+    pack_id: Any = None
+    signature: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class MergedHead(View):
+    """What load_record checks before anything else is read: the kind, the schema and the members list."""
+
+    kind: Any = None
+    schema: Any = None
+    members: Any = None  # as the file holds it
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def member_objects(self) -> bool:
+        return isinstance(self.members, list) and all(isinstance(m, dict) for m in self.members)
 
 
 @dataclass(frozen=True)
