@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ..binary import sha256_file
 from ..jsonio import read_json
+from ..records.incremental import CarriedRecord, IncrementalPack, IndexFiles, ProcEntry
+from ..records.view import obj
 from . import CARRY_STAGES, MAX_CHAIN_DEPTH
 from .cells import carryable_variant, cell_files, cell_variant
 from .keys import DERIVED_PARTS, KeysUnavailable, derived_keys
@@ -70,41 +72,41 @@ def _key_problems(pack_dir: Path, pj: dict, keys: dict) -> list[str]:
 
 def check_incremental(pack_dir: Path, pj: dict, verify_source: Verifier, *, carried_from: Path | None = None,
                       depth: int = 0) -> list[str]:
-    inc = pj.get("incremental")
-    if inc is None:
+    pack = IncrementalPack.from_json(pj)
+    inc = pack.record
+    if pack.incremental is None:
         return []
-    if not isinstance(inc, dict) or not isinstance(inc.get("carried", []), list) or \
-            not isinstance(inc.get("keys", {}), dict) or not isinstance(inc.get("sources", {}), dict):
+    if not isinstance(pack.incremental, dict) or not inc.well_formed:
         return ["incremental: pack.json's incremental record is malformed"]
-    keys, carried = inc.get("keys", {}), inc.get("carried", [])
+    keys, carried = inc.keys or {}, inc.carried or []
     problems = _key_problems(pack_dir, pj, keys) if keys else []
-    index = (_read(pack_dir / "index.json") or {}).get("files", {})
+    index = IndexFiles.from_json(_read(pack_dir / "index.json")).files
     # procs.json marks and the record list the same cells
     marked = set()
     for stage in sorted({*CARRY_STAGES, *(p.parent.name for p in pack_dir.glob("*/procs.json"))}):
         procs = _read(pack_dir / stage / "procs.json")
         if isinstance(procs, dict):
             marked |= {(stage, c) for c, r in procs.items() if isinstance(r, dict) and "carried_from" in r}
-    records = [r for r in carried if isinstance(r, dict)]
+    records = [CarriedRecord.from_json(r) for r in carried if isinstance(r, dict)]
     if len(records) != len(carried):
         return problems + ["incremental: a carried record is not an object"]
-    listed = {(r.get("stage"), r.get("cell")) for r in records}
+    listed = {(r.stage, r.cell) for r in records}
     for stage, cell in sorted(marked - listed):
         problems.append(f"incremental: {stage}/procs.json marks cell {cell!r} carried, but pack.json lists no such "
                         "carried cell")
     for stage, cell in sorted(listed - marked, key=str):
         problems.append(f"incremental: carried cell {stage}/{cell} is not marked carried in its procs.json")
-    by_source: dict[str, list[dict]] = {}
+    by_source: dict[str, list[CarriedRecord]] = {}
     for r in records:
-        by_source.setdefault(r.get("source_pack"), []).append(r)
+        by_source.setdefault(r.source_pack, []).append(r)
     for source_id, recs in by_source.items():
-        problems += _check_source(pack_dir, pj, index, source_id, recs, verify_source, carried_from, depth)
+        problems += _check_source(pack_dir, pack, index, source_id, recs, verify_source, carried_from, depth)
     return problems
 
 
-def _check_source(pack_dir: Path, pj: dict, index: dict, source_id, recs: list[dict], verify_source: Verifier,
-                  carried_from: Path | None, depth: int) -> list[str]:
-    if not isinstance(source_id, str) or not PACK_ID.match(source_id) or source_id == pj.get("pack_id"):
+def _check_source(pack_dir: Path, pack: IncrementalPack, index: Mapping, source_id, recs: list[CarriedRecord],
+                  verify_source: Verifier, carried_from: Path | None, depth: int) -> list[str]:
+    if not isinstance(source_id, str) or not PACK_ID.match(source_id) or source_id == pack.pack_id:
         return [f"incremental: carried cells name the source pack {source_id!r}: not another pack's id"]
     if depth + 1 > MAX_CHAIN_DEPTH:
         return [f"incremental: the chain of carried cells is deeper than {MAX_CHAIN_DEPTH} packs at {source_id}"]
@@ -113,7 +115,7 @@ def _check_source(pack_dir: Path, pj: dict, index: dict, source_id, recs: list[d
     if src is None:
         return [f"incremental: {len(recs)} carried cells come from pack {source_id}, which is not {where} "
                 "(give its folder with --carried-from DIR)"]
-    want = (pj["incremental"].get("sources", {}).get(source_id) or {}).get("index_sha256")
+    want = pack.record.source(source_id).index_sha256
     try:
         got = sha256_file(src / "index.json")
     except OSError:
@@ -124,10 +126,9 @@ def _check_source(pack_dir: Path, pj: dict, index: dict, source_id, recs: list[d
     bad = verify_source(src, depth + 1)
     if bad:
         return [f"incremental: source pack {source_id} does not verify ({len(bad)} mismatch(es), first: {bad[0]})"]
-    spj = _read(src / "pack.json") or {}
-    sinc = spj.get("incremental") if isinstance(spj.get("incremental"), dict) else {}
-    skeys, sindex = sinc.get("keys") or {}, (_read(src / "index.json") or {}).get("files", {})
-    own_keys = pj["incremental"].get("keys", {})
+    skeys = obj(IncrementalPack.from_json(_read(src / "pack.json")).record.keys)
+    sindex = IndexFiles.from_json(_read(src / "index.json")).files
+    own_keys = pack.record.keys or {}
     problems = []
     procs_cache: dict[tuple[Path, str], dict] = {}
 
@@ -138,7 +139,7 @@ def _check_source(pack_dir: Path, pj: dict, index: dict, source_id, recs: list[d
         return procs_cache[(folder, stage)]
 
     for r in recs:
-        stage, cell, variant = r.get("stage"), r.get("cell"), r.get("variant")
+        stage, cell, variant = r.stage, r.cell, r.variant
         name = f"{stage}/{cell}"
         if stage not in CARRY_STAGES or not isinstance(cell, str) or not isinstance(variant, str):
             problems.append(f"incremental: carried cell {name}: stage {stage!r} never carries cells")
@@ -147,13 +148,13 @@ def _check_source(pack_dir: Path, pj: dict, index: dict, source_id, recs: list[d
             problems.append(f"incremental: carried cell {name} is not a cell of a registered variant {variant!r} "
                             "(canaries always run)")
             continue
-        k = r.get("keys")
+        k = r.keys
         if k != (own_keys.get(stage) or {}).get(variant):
             problems.append(f"incremental: carried cell {name}: its keys are not the pack's keys of {stage}/{variant}")
         if k != (skeys.get(stage) or {}).get(variant):
             problems.append(f"incremental: carried cell {name}: its keys are not those source pack {source_id} "
                             f"records for {stage}/{variant}")
-        files = r.get("files") if isinstance(r.get("files"), dict) else {}
+        files = r.files if isinstance(r.files, dict) else {}
         expected = cell_files(stage, cell, sindex)
         if sorted(files) != expected:
             problems.append(f"incremental: carried cell {name}: lists files {sorted(files)}, source pack "
@@ -163,7 +164,7 @@ def _check_source(pack_dir: Path, pj: dict, index: dict, source_id, recs: list[d
                 problems.append(f"incremental: carried file {rel}: its hash differs from "
                                 f"{'the pack' if index.get(rel) != sha else 'source pack ' + source_id}'s")
         mine, theirs = procs(pack_dir, stage).get(cell), procs(src, stage).get(cell)
-        if not isinstance(mine, dict) or mine.get("carried_from") != source_id:
+        if not isinstance(mine, dict) or ProcEntry.from_json(mine).carried_from != source_id:
             problems.append(f"incremental: carried cell {name}: its procs.json entry does not name {source_id}")
         elif not isinstance(theirs, dict) or "carried_from" in theirs or \
                 json.dumps({k2: v for k2, v in mine.items() if k2 != "carried_from"}, sort_keys=True) != \

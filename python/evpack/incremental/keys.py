@@ -23,6 +23,7 @@ from ..packfs import plain_name, read_stored
 from ..parsers.ptxas import PtxasParseError, parse_ptxas
 from ..parsers.sass import SassParseError, parse_sass
 from ..parsers.symbols import parse_symbol
+from ..records.incremental import IncrementalPack, SassRun
 
 DERIVED_PARTS = ("device", "build", "toolchain", "gpu")
 RECORDED_PARTS = ("source", "check")
@@ -45,14 +46,14 @@ def _dump_text(pack_dir: Path) -> str:
         run = read_json(pack_dir / "sass" / "run.json")
     except (OSError, ValueError) as exc:
         raise KeysUnavailable(f"sass/run.json unreadable ({exc})") from None
-    entry = next((b for b in run.get("binaries", []) if isinstance(b, dict) and b.get("module") == MODULE), None)
-    if entry is None or not plain_name(entry.get("dump")):
+    entry = next((b for b in SassRun.from_json(run).binaries if b.module == MODULE), None)
+    if entry is None or not plain_name(entry.dump):
         raise KeysUnavailable(f"sass/run.json names no dump of {MODULE}")
-    path = pack_dir / "sass" / entry["dump"]
+    path = pack_dir / "sass" / entry.dump
     try:
         data = read_stored(path)  # .xz (packs of now), .gz (older packs) or plain
     except (OSError, ValueError) as exc:
-        raise KeysUnavailable(f"sass/{entry['dump']} unreadable ({exc})") from None
+        raise KeysUnavailable(f"sass/{entry.dump} unreadable ({exc})") from None
     return data.decode("utf-8", errors="replace")
 
 
@@ -88,10 +89,8 @@ def device_digests(pack_dir: Path) -> dict[str, str]:
 
 def environment_parts(pack_record: dict, env: dict, build_env: dict) -> dict:
     """The build, toolchain and gpu parts from pack.json-shaped facts, env.json and the build's settings."""
-    tools = pack_record.get("toolchain") if isinstance(pack_record.get("toolchain"), dict) else {}
-    python = pack_record.get("python") if isinstance(pack_record.get("python"), dict) else {}
-    toolchain = {f: tools.get(f) for f in TOOLCHAIN_FIELDS}
-    toolchain["python"] = python.get("version")
+    pack = IncrementalPack.from_json(pack_record)
+    toolchain = {**{f: pack.toolchain.get(f) for f in TOOLCHAIN_FIELDS}, "python": pack.python.version}
     return {"build": _digest(build_env), "toolchain": toolchain, "gpu": {f: env.get(f) for f in GPU_FIELDS}}
 
 

@@ -16,6 +16,7 @@ from ..binary import sha256_file
 from ..jsonio import read_json
 from ..labels import COMPLETE
 from ..pack import list_packs
+from ..records.incremental import CarriedRecord, IncrementalPack, IndexFiles, ProcEntry
 from . import MAX_CHAIN_DEPTH
 from .cells import carryable_variant, cell_files, cells_of
 
@@ -51,12 +52,12 @@ class Plan:
         return out
 
 
-def _pack_record(pack: Path) -> dict | None:
+def _pack_record(pack: Path) -> IncrementalPack | None:
     try:
         pj = read_json(pack / "pack.json")
     except (OSError, ValueError):
         return None
-    return pj if isinstance(pj, dict) else None
+    return IncrementalPack.from_json(pj) if isinstance(pj, dict) else None
 
 
 def choose_source(packs_root: Path, exclude: str | None = None) -> Path | None:
@@ -65,7 +66,7 @@ def choose_source(packs_root: Path, exclude: str | None = None) -> Path | None:
         if pack.name == exclude:
             continue
         pj = _pack_record(pack)
-        if pj is not None and pj.get("complete") is True and pj.get("label") == COMPLETE:
+        if pj is not None and pj.complete is True and pj.label == COMPLETE:
             return pack
     return None
 
@@ -75,28 +76,28 @@ def chain_depth(pack: Path, limit: int = MAX_CHAIN_DEPTH + 1) -> int:
     than `limit`, or when a pack of it cannot be read."""
     if limit < 0:
         return 1
-    inc = (_pack_record(pack) or {}).get("incremental")
-    if not isinstance(inc, dict) or not inc.get("carried"):
+    pj = _pack_record(pack) or IncrementalPack()
+    inc = pj.record
+    if not isinstance(pj.incremental, dict) or not inc.carried:
         return 0
-    ids = {c.get("source_pack") for c in inc["carried"] if isinstance(c, dict)}
+    ids = {CarriedRecord.from_json(c).source_pack for c in inc.carried if isinstance(c, dict)}
     depths = [chain_depth(pack.parent / i, limit - 1) if isinstance(i, str) and (pack.parent / i).is_dir()
               else limit + 1 for i in ids]
     return 1 + max(depths, default=0)
 
 
 def _cell_ok(rec) -> bool:
-    return isinstance(rec, dict) and rec.get("returncode") == 0 and not rec.get("timed_out")
+    entry = ProcEntry.from_json(rec)
+    return isinstance(rec, dict) and entry.returncode == 0 and not entry.timed_out
 
 
 def make_plan(source: Path, new_keys: dict[str, dict[str, dict]], stages: list[str]) -> Plan:
     """The cells of `stages` to carry from `source` (a complete pack that verified)."""
-    pj = _pack_record(source) or {}
-    inc = pj.get("incremental")
-    old_keys = inc.get("keys") if isinstance(inc, dict) else None
+    old_keys = (_pack_record(source) or IncrementalPack()).record.keys
     if not isinstance(old_keys, dict):
         return Plan(reason=f"the newest complete pack {source.name} records no cell keys (made before incremental "
                            "evidence): every cell runs", source=source)
-    index = read_json(source / "index.json")["files"]
+    index = IndexFiles.from_json(read_json(source / "index.json")).files
     carried: list[CarriedCell] = []
     sources: dict[str, str] = {}
     depths: dict[str, int] = {}
@@ -111,7 +112,8 @@ def make_plan(source: Path, new_keys: dict[str, dict[str, dict]], stages: list[s
             if not carryable_variant(variant) or keys != (old_keys.get(stage) or {}).get(variant):
                 continue
             cells = cells_of(stage, variant, procs)
-            origins = {procs[c].get("carried_from") or source.name for c in cells if isinstance(procs[c], dict)}
+            entries = {c: ProcEntry.from_json(procs[c]) for c in cells}
+            origins = {entries[c].carried_from or source.name for c in cells if isinstance(procs[c], dict)}
             if not cells or not all(_cell_ok(procs[c]) for c in cells) or len(origins) != 1:
                 continue
             origin = origins.pop()
@@ -122,7 +124,7 @@ def make_plan(source: Path, new_keys: dict[str, dict[str, dict]], stages: list[s
                     sources[origin] = sha256_file(folder / "index.json")
             if depths[origin] + 1 > MAX_CHAIN_DEPTH or origin not in sources:
                 continue
-            cost[variant] = sum(float(procs[c].get("duration_s") or 0.0) for c in cells)
+            cost[variant] = sum(float(entries[c].duration_s or 0.0) for c in cells)
             stage_cells += [CarriedCell(stage, c, variant, origin, keys,
                                         {f: index[f] for f in cell_files(stage, c, index)}) for c in cells]
         ran = {v for v in new_keys.get(stage, {}) if carryable_variant(v)}
