@@ -1,4 +1,4 @@
-"""The provenance statement of a pack (pure: values in, dicts out; no files, no tools).
+"""The provenance statement of a pack (pure: values in, records and dicts out; no files, no tools).
 
 `provenance.json` is an in-toto Statement v1. Its subjects are `index.json` (which holds the
 SHA-256 of every other file of the pack) and the built shared objects; its predicate says what

@@ -1,5 +1,6 @@
 """merged.json (a merged verdict over several GPUs' packs) as typed, read-only views (records/view.py): what
-the verdict's report.md, comment.md and label view read. merge/verdict.py writes the record as JSON and
+the verdict's report.md, comment.md and label view read, what load_record checks first (MergedHead) and what
+merge/verify.py reads of a stored member (StoredMember). merge/verdict.py writes the record as JSON and
 merge/verify.py compares it with one rebuilt from the members; these views never write.
 """
 from __future__ import annotations
