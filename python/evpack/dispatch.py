@@ -24,7 +24,7 @@ from .jsonio import read_json, read_member_json
 from .packfs import atomic_file
 from .records.bench import BenchRun, BenchSummary
 from .records.dispatch import DeviceEntry, DispatchTable
-from .records.pack import PackFields
+from .records.pack import PackJson
 from .records.view import view
 
 TABLE_SCHEMA_VERSION = 1
@@ -83,7 +83,7 @@ def generate_table(pack_dir: Path) -> dict:
 
 
 def _generate(pack_dir: Path) -> dict:
-    pj = view(PackFields, _read(pack_dir / "pack.json"))
+    pj = view(PackJson, _read(pack_dir / "pack.json"))
     if pj.label != SOURCE_LABEL:
         raise DispatchTableError(f"{pack_dir.name}: label {pj.label!r}; only an {SOURCE_LABEL} pack "
                                  "(every gate passed on a GPU) can choose the default kernels")

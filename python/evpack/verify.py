@@ -35,7 +35,7 @@ from .pack import PackError, stage_names_of
 from .packfs import MAX_FILE_BYTES, plain_name
 from .provenance.check import UNCHECKED, ProvenanceCheck, check_provenance, signer_options
 from .records.migrations import read_pack
-from .records.pack import ABSENT, PackFields, PackRecord, StageTiming, Timings, ZeroDelta, present
+from .records.pack import ABSENT, PackJson, PackRecord, StageTiming, Timings, ZeroDelta, present
 from .records.runner import RunnerRecord
 from .records.schema import SchemaSpec, spec
 from .records.view import view
@@ -159,7 +159,7 @@ def _load_pack_json(pack_dir: Path) -> tuple[dict | None, list[str]]:
         return None, ["no pack.json"]
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         return None, [f"pack.json is corrupt: {exc}"]
-    shape = view(PackFields, pj)  # a view of something that is no object holds no tables
+    shape = view(PackJson, pj)  # a view of something that is no object holds no tables
     if not isinstance(shape.stages, dict) or not isinstance(shape.gates, dict):
         return None, ["pack.json is malformed: no stages/gates tables"]
     return pj, []
@@ -274,7 +274,7 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
     raw, pj_problems = _load_pack_json(pack_dir)
     if raw is None:
         return problems + pj_problems
-    version = view(PackFields, raw).schema_version
+    version = view(PackJson, raw).schema_version
     sp = spec(version)
     if sp is None:
         return problems + [f"pack.json schema_version {version!r} is unknown to this verify (it "
@@ -374,7 +374,7 @@ def _seconds(x) -> bool:
 def timings_problems(pj: dict) -> list[str]:
     """The shape of pack.json -> timings where it says how the run went (wall_s, mode, per-stage start and
     end): packs made before it have none of these keys and are not asked for them. A record, not a decision."""
-    pack = view(PackFields, pj)
+    pack = view(PackJson, pj)
     if pack.timings is None:
         return []
     if not isinstance(pack.timings, dict):

@@ -24,8 +24,10 @@ from ..labels import merged_label, merged_labels
 from ..model import GATE_ORDER, StageOutcome, worst
 from ..provenance.check import SIGNED, UNCHECKED, ProvenanceCheck
 from ..provenance.statement import PROVENANCE_FILE, SIGNATURE_FILE
+from ..records.env import EnvJson
 from ..records.merged import Member, MergedHead, MergedRecord
-from ..records.provenance import EnvJson, GpuDevice, PackJson, Predicate, Statement
+from ..records.pack import PackJson
+from ..records.provenance import GpuDevice, Predicate, Statement
 from ..stages.order import STAGE_ORDER, stage_module
 
 KIND = "evpack-merged-verdict"
@@ -103,7 +105,7 @@ def headline(pack_dir: Path, pj: PackJson, stages: str | None = None,
     derived from the member's raw files when given, else of its checked outcome.json."""
     out: dict = {}
     for name in STAGE_ORDER:
-        if name not in pj.stages:
+        if name not in pj.stage_table:
             continue
         hook = getattr(stage_module(name, stages), "headline", None)
         if hook is None:

@@ -17,7 +17,9 @@ from pathlib import Path
 from ..binary import sha256_file
 from ..jsonio import read_json
 from ..packfs import write_bytes
-from ..records.provenance import EnvJson, PackFacts, PackJson
+from ..records.env import EnvJson
+from ..records.pack import PackJson
+from ..records.provenance import PackFacts
 from .signing import SigningError, SigningKey, sign
 from .statement import (
     BINARY_RECORDS,

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..jsonio import parse_json, read_json
-from ..records.provenance import PackJson, SigningEntry, Statement
+from ..records.pack import PackJson, SigningEntry
+from ..records.provenance import Statement
 from .attest import pack_subjects, read_pack_facts
 from .sigform import signature_form_problem
 from .signing import SigningError, check_signature, read_allowed_signers, ssh_keygen

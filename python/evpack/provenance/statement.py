@@ -18,15 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..dictwalk import MISSING, Rules, differences, sorted_keys
+from ..records.binary import BinaryRecord
+from ..records.env import EnvJson
+from ..records.pack import PackJson, SigningEntry
 from ..records.provenance import (
-    BuildRecord,
     CiIdentity,
-    EnvJson,
     FactsGpu,
     GpuDevice,
     PackFacts,
-    PackJson,
-    SigningEntry,
     Statement,
     StatementSubject,
 )
@@ -168,7 +167,7 @@ def expected_subjects(predicate_type: str, index_sha256: str,
     module or no file, or whose name is not unique."""
     out = [Subject(INDEX_SUBJECT, index_sha256)]
     for module, record in records:
-        rec = BuildRecord.from_json(record)
+        rec = BinaryRecord.from_json(record)
         path, digest = rec.path, rec.sha256
         if rec.module != module or not isinstance(path, str) or not path.strip("/") or \
                 not isinstance(digest, str):

@@ -50,10 +50,14 @@ class GpuLimitsFile(View):
 
 
 @dataclass(frozen=True)
-class EnvFacts(View):
+class EnvJson(View):
+    """env.json: the run's machine (the reports' machine line, the provenance predicate and a merged verdict's
+    member record repeat these fields)."""
+
     gpu_name: Any
     driver_version: Any
-    torch_version: Any
+    compute_capability: Any
     cuda_version: Any
+    torch_version: Any
     nvidia_smi_query: SmiQuery
     raw: Mapping

@@ -146,34 +146,57 @@ class Timings(View):
 
 
 @dataclass(frozen=True)
-class GitView(View):
-    commit: Any
-    raw: Mapping
+class PackGit(View):
+    commit: Any = None
+    dirty: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
-class SigningRecord(View):
+class PackGate(View):
+    status: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class SigningEntry(View):
     """pack.json -> signing (schema 2 on; None: unsigned): the key that signed the provenance statement."""
 
-    key_type: Any
-    key_fingerprint: Any
-    key_comment: Any
-    raw: Mapping
+    key_type: Any = None
+    key_fingerprint: Any = None
+    key_comment: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
-class PackFields(View):
-    """The fields of a pack.json object that readers of an unparsed one ask (verify, before the reader of its
-    schema version runs)."""
+class PackJson(View):
+    """A pack.json object as the file holds it, for readers that have not (or need not) run the reader of its
+    schema version (migrations.read_pack -> PackRecord): verify before it knows the schema, the provenance
+    predicate and a merged verdict's member record, which repeat its fields."""
 
-    schema_version: Any
-    pack_id: Any
-    label: Any
-    git: GitView
-    stages: Any
-    gates: Any
-    timings: Any
-    raw: Mapping
+    pack_id: Any = None
+    schema_version: Any = None
+    created_utc: Any = None
+    tool_version: Any = None
+    git: PackGit = field(default_factory=PackGit)
+    toolchain: Any = None
+    python: Any = None
+    options: Any = None
+    stages: Any = None  # as the file holds it: verify refuses a pack whose stages or gates are no object
+    gates: Any = None
+    label: Any = None
+    labels: Any = None
+    timings: Any = None
+    signing: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def stage_table(self) -> Mapping:
+        return _obj(self.stages)
+
+    @property
+    def gate_statuses(self) -> dict:
+        return {g: view(PackGate, v).status for g, v in _obj(self.gates).items()}
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from ..labels import carried_note
 from ..markdown import code, short, table, text
 from ..model import StageOutcome
 from ..provenance.statement import PROVENANCE_FILE, SIGNATURE_FILE
-from ..records.env import EnvFacts
+from ..records.env import EnvJson
 from ..records.migrations import read_pack_view
-from ..records.pack import PackRecord, SigningRecord
+from ..records.pack import PackRecord, SigningEntry
 from ..stages.order import STAGE_ORDER
 
 # A status in Markdown: the word (report.html colours every cell that holds one: see report_html.STATUS_CLASS)
@@ -80,7 +80,7 @@ def _or_dash(value: object) -> str:
 
 
 def machine_line(env: dict) -> str:
-    e = EnvFacts.from_json(env)
+    e = EnvJson.from_json(env)
     return (f"GPU: {text(e.gpu_name or 'none')}; driver {_or_dash(e.driver_version)}; "
             f"torch {_or_dash(e.torch_version)} (CUDA {_or_dash(e.cuda_version)})")
 
@@ -93,7 +93,7 @@ def signature_line(pj: PackRecord) -> str | None:
     if not rec:
         return (f"- signature: unsigned ({code(PROVENANCE_FILE)} records the origin; no key signed it, so "
                 "`verify --require-signature` rejects this pack)")
-    key = SigningRecord.from_json(rec)
+    key = SigningEntry.from_json(rec)
     who = f" {code(key.key_comment)}" if key.key_comment else ""
     command = f"python -m evpack verify {pj.pack_id} --allowed-signers FILE"
     return (f"- signature: signed by{who} with {text(key.key_type)} key {code(key.key_fingerprint)} "

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..jsonio import read_json
 from ..markdown import text
 from ..parsers.nvsmi import limit_value
-from ..records.env import EnvFacts, GpuLimits, GpuLimitsFile
+from ..records.env import EnvJson, GpuLimits, GpuLimitsFile
 
 _REASONS = "clocks_event_reasons."
 
@@ -31,7 +31,7 @@ def _state(g: GpuLimits) -> str:
 
 def limit_lines(env: dict, pack_dir: Path) -> list[str]:
     lines = []
-    g = EnvFacts.from_json(env).nvidia_smi_query.limits.first
+    g = EnvJson.from_json(env).nvidia_smi_query.limits.first
     if g:
         lines.append("- GPU SKU: " + "; ".join(f"{text(k)} {text(g.sku.get(k)) if g.sku.get(k) else 'missing'}"
                                                for k in ("Product Name", "Product Brand", "Board Part Number",
