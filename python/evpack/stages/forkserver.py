@@ -26,10 +26,13 @@ import sys
 import time
 from pathlib import Path
 
+from ..records.bench import GpuRef
+from ..records.procs import CellRequest, ForkReply
+
 FORKED, PROCESS = "forked", "process"
 
 
-def _child(req: dict, listener: socket.socket, conns: list[socket.socket], sel) -> None:
+def _child(req: CellRequest, listener: socket.socket, conns: list[socket.socket], sel) -> None:
     """In the forked child: become the cell's process, run the oracle as `python script args`, exit."""
     code = 1
     try:
@@ -40,15 +43,15 @@ def _child(req: dict, listener: socket.socket, conns: list[socket.socket], sel) 
         os.setsid()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(req.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
         sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
-        os.chdir(req["cwd"])
-        script = os.path.abspath(req["cmd"][1])
-        sys.argv = [script, *req["cmd"][2:]]
+        os.chdir(req.cwd)
+        script = os.path.abspath(req.cmd[1])
+        sys.argv = [script, *req.cmd[2:]]
         sys.path[0] = os.path.dirname(script)  # as `python script` has it
         import runpy  # noqa: PLC0415
 
@@ -75,9 +78,10 @@ def _child(req: dict, listener: socket.socket, conns: list[socket.socket], sel) 
 
 
 def _valid(req) -> bool:
-    return (isinstance(req, dict) and isinstance(req.get("cmd"), list) and len(req["cmd"]) >= 2
-            and all(isinstance(a, str) for a in req["cmd"]) and req["cmd"][1].endswith(".py")
-            and isinstance(req.get("cwd"), str) and isinstance(req.get("log"), str))
+    r = CellRequest.from_json(req)
+    return (isinstance(req, dict) and isinstance(r.cmd, list) and len(r.cmd) >= 2
+            and all(isinstance(a, str) for a in r.cmd) and r.cmd[1].endswith(".py")
+            and isinstance(r.cwd, str) and isinstance(r.log, str))
 
 
 def serve(sock_path: Path) -> None:
@@ -107,7 +111,7 @@ def serve(sock_path: Path) -> None:
                 continue
             pid = os.fork()
             if pid == 0:
-                _child(req, listener, [conn, *waiting.values()], sel)
+                _child(CellRequest.from_json(req), listener, [conn, *waiting.values()], sel)
             waiting[pid] = conn
             _send(conn, {"pid": pid})
         _reap(waiting)
@@ -185,9 +189,10 @@ def run_forked(sock_path: Path, cmd: list[str], log_path: Path, *, cwd: Path, ti
             first = reader.next(connect_s)
         except (OSError, ValueError):
             return None  # the server is not there (or not well): nothing ran
-        if not isinstance(first, dict) or not isinstance(first.get("pid"), int):
+        first = ForkReply.from_json(first)  # a line that is no object: no pid
+        if not isinstance(first.pid, int):
             return None
-        t0, pid, timed_out = time.monotonic(), first["pid"], False
+        t0, pid, timed_out = time.monotonic(), first.pid, False
         try:
             rc = reader.next(max(0.001, timeout_s))
         except TimeoutError:
@@ -202,7 +207,7 @@ def run_forked(sock_path: Path, cmd: list[str], log_path: Path, *, cwd: Path, ti
                 rc = None
         except (OSError, ValueError):
             rc = None
-    returncode = rc.get("returncode") if isinstance(rc, dict) else None
+    returncode = ForkReply.from_json(rc).returncode
     if returncode is None:  # the server went away with the cell: recorded as a failed cell
         with open(log_path, "a", encoding="utf-8") as f:
             f.write("\nevpack: the fork server went away before this cell ended\n")
@@ -211,7 +216,7 @@ def run_forked(sock_path: Path, cmd: list[str], log_path: Path, *, cwd: Path, ti
 
 
 def socket_path(folder: Path, gpu: dict | None) -> Path:
-    return Path(folder) / f"fork-{'-' if gpu is None else gpu['index']}.sock"
+    return Path(folder) / f"fork-{'-' if gpu is None else GpuRef.from_json(gpu).index}.sock"
 
 
 def start(folder: Path, gpus, repo: Path) -> list:
@@ -223,7 +228,8 @@ def start(folder: Path, gpus, repo: Path) -> list:
     for gpu in list(gpus) if gpus else [None]:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpu["uuid"]
+            env["CUDA_VISIBLE_DEVICES"] = GpuRef.from_json(gpu).uuid
+
         sock = socket_path(folder, gpu)
         with open(sock.with_suffix(".log"), "wb") as log:
             servers.append(subprocess.Popen([sys.executable, "-m", "evpack.stages.forkserver", str(sock)], cwd=repo,

@@ -17,10 +17,13 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..jsonio import read_json, write_json, write_text
+from ..records.bench import GpuRef
+from ..records.procs import CellRecord, PoolRecord, ProcRecord, ProcRun, Progress
+from ..records.stage_options import RunOptions
 
 PROCS_FILE = "procs.json"
 log = logging.getLogger("evpack.stages")
@@ -42,7 +45,7 @@ POOL_FILE = "pool.json"
 @dataclass(frozen=True)
 class SlotPool:
     """`per_gpu` slots per GPU shared by every stage process given this folder (see module docstring).
-    `gpus`: the run's options["gpus"] (None: one unnamed default device)."""
+    `gpus`: the run's RunOptions.gpus (None: one unnamed default device)."""
     dir: Path
     per_gpu: int
     gpus: tuple | None = None
@@ -56,9 +59,8 @@ class SlotPool:
 
     @classmethod
     def load(cls, folder: Path) -> SlotPool:
-        rec = json.loads((Path(folder) / POOL_FILE).read_text(encoding="utf-8"))
-        return cls(Path(folder), int(rec["per_gpu"]), tuple(rec["gpus"]) if rec.get("gpus") else None,
-                   bool(rec.get("fork")))
+        rec = PoolRecord.from_json(json.loads((Path(folder) / POOL_FILE).read_text(encoding="utf-8")))
+        return cls(Path(folder), int(rec.per_gpu), tuple(rec.gpus) if rec.gpus else None, bool(rec.fork))
 
     @property
     def size(self) -> int:
@@ -70,7 +72,7 @@ class SlotPool:
         return [(g, k) for k in range(self.per_gpu) for g in gpus]
 
     def _lock_path(self, gpu: dict | None, k: int) -> Path:
-        return self.dir / f"gpu{'-' if gpu is None else gpu['index']}.slot{k}.lock"
+        return self.dir / f"gpu{'-' if gpu is None else GpuRef.from_json(gpu).index}.slot{k}.lock"
 
     def _try(self, gpu: dict | None, k: int):
         f = open(self._lock_path(gpu, k), "a")  # noqa: SIM115 - held while the cell runs
@@ -137,8 +139,8 @@ class SlotPool:
         out = {}
         for p in sorted((self.dir / "progress").glob("*.json")):
             try:
-                rec = json.loads(p.read_text(encoding="utf-8"))
-                out[p.stem] = (int(rec["done"]), int(rec["total"]))
+                rec = Progress.from_json(json.loads(p.read_text(encoding="utf-8")))
+                out[p.stem] = (int(rec.done), int(rec.total))
             except (OSError, ValueError, KeyError, TypeError):
                 continue
         return out
@@ -158,19 +160,17 @@ def run_isolated(cmd: list[str], log_path: Path, *, repo: Path, timeout_s: float
     full_env = dict(os.environ)
     full_env["PYTHONUNBUFFERED"] = "1"
     full_env.update(env or {})
-    t0 = time.monotonic()
-    rec = {"returncode": None, "timed_out": False}
+    t0, timed_out = time.monotonic(), False
     with open(log_path, "ab" if append else "wb") as log:
         proc = subprocess.Popen(cmd, cwd=repo, env=full_env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
-            rec["returncode"] = proc.wait(timeout=timeout_s)
+            returncode = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            rec["timed_out"] = True
+            timed_out = True
             _kill_group(proc, grace_s)
-            rec["returncode"] = proc.wait()
-    rec["duration_s"] = time.monotonic() - t0
-    return rec
+            returncode = proc.wait()
+    return {"returncode": returncode, "timed_out": timed_out, "duration_s": time.monotonic() - t0}
 
 
 def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
@@ -188,10 +188,13 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
                 continue
 
 
-def _run_one(job: Job, stage_dir: Path, repo: Path, gpu: dict | None = None, pool: SlotPool | None = None) -> dict:
+def _run_one(job: Job, stage_dir: Path, repo: Path, gpu: dict | None = None,
+             pool: SlotPool | None = None) -> CellRecord:
+    """The cell's procs.json entry, less its slot and times (run_jobs adds them)."""
     env = dict(job.env)
-    if gpu is not None:  # the cell sees its GPU alone, as device 0
-        env["CUDA_VISIBLE_DEVICES"] = gpu["uuid"]
+    ref = None if gpu is None else GpuRef.from_json(gpu)
+    if ref is not None:  # the cell sees its GPU alone, as device 0
+        env["CUDA_VISIBLE_DEVICES"] = ref.uuid
     log_path, run = stage_dir / f"{job.name}.log", None
     if pool is not None and pool.fork and job.forkable and not job.env:
         from . import forkserver  # noqa: PLC0415
@@ -201,13 +204,10 @@ def _run_one(job: Job, stage_dir: Path, repo: Path, gpu: dict | None = None, poo
     ran = "forked" if run is not None else "process"
     if run is None:
         run = run_isolated(job.cmd, log_path, repo=repo, timeout_s=job.timeout_s, env=env)
-    rec = {"cmd": job.cmd, "env": job.env, "returncode": run["returncode"], "timed_out": run["timed_out"],
-           "duration_s": round(run["duration_s"], 2)}
-    if pool is not None:
-        rec["ran"] = ran  # how the cell's process was made: forked by the GPU's fork server, or started
-    if gpu is not None:
-        rec["gpu"] = {"index": gpu["index"], "uuid": gpu["uuid"]}
-    return rec
+    done = ProcRun.from_json(run)
+    return CellRecord(job.cmd, job.env, done.returncode, done.timed_out, round(done.duration_s, 2),
+                      ran=ran if pool is not None else None,
+                      gpu=None if ref is None else {"index": ref.index, "uuid": ref.uuid})
 
 
 def gpu_slots(gpus: list[dict] | None, parallel: int) -> list[dict | None]:
@@ -221,14 +221,14 @@ def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int | No
     """Run jobs on a pool, record procs.json; returns {name: record} (in the jobs' order).
 
     Without `gpus`: up to `parallel` cells at a time on the process's default device. With `gpus`
-    (options["gpus"]: several GPUs, or --gpus): `parallel` slots per GPU; a cell takes a free slot,
+    (RunOptions.gpus: several GPUs, or --gpus): `parallel` slots per GPU; a cell takes a free slot,
     runs with CUDA_VISIBLE_DEVICES set to that GPU's UUID, and its record names the GPU (index, UUID).
     With `pool` (the scheduler's shared slots): every cell holds one of the pool's slots while it runs,
     so stages running at the same time share the GPUs; `parallel` (per GPU) then caps this stage's own
     cells, None for no cap of its own. Cells start longest first (Job.est_s; ties keep list order).
     Logs one progress line per finished cell: cells done of total, elapsed, an estimate of the rest.
     """
-    records: dict[str, dict] = {}
+    records: dict[str, dict] = {}  # the cells' procs.json entries (CellRecord.to_json)
     t0, done, lock = time.monotonic(), [0], threading.Lock()
     order = sorted(jobs, key=lambda j: -j.est_s)
     stage = stage_dir.name
@@ -251,25 +251,25 @@ def run_jobs(jobs: list[Job], stage_dir: Path, repo: Path, *, parallel: int | No
                 rec = _run_one(job, stage_dir, repo, gpu, pool)
             finally:
                 pool.release(handle)
-            rec["slot"] = {"gpu": None if gpu is None else gpu["index"], "slot": k}
+            rec = replace(rec, slot={"gpu": None if gpu is None else GpuRef.from_json(gpu).index, "slot": k})
         else:
             gpu = free.get()
             try:
                 rec = _run_one(job, stage_dir, repo, gpu)
             finally:
                 free.put(gpu)
-        rec["start_s"], rec["end_s"] = round(start, 2), round(time.monotonic() - t0, 2)
-        state = "timed out" if rec["timed_out"] else f"rc={rec['returncode']}"
-        where = f" on GPU {gpu['index']}" if gpu is not None else ""
+        rec = replace(rec, start_s=round(start, 2), end_s=round(time.monotonic() - t0, 2))
+        state = "timed out" if rec.timed_out else f"rc={rec.returncode}"
+        where = f" on GPU {GpuRef.from_json(gpu).index}" if gpu is not None else ""
         with lock:
             done[0] += 1
             elapsed = time.monotonic() - t0
             left = elapsed / done[0] * (len(jobs) - done[0])
             log.info("    [%d/%d] %s%s: %s (%.1f s); %.0f s elapsed, ~%.0f s left", done[0], len(jobs), job.name,
-                     where, state, rec["duration_s"], elapsed, left)
+                     where, state, rec.duration_s, elapsed, left)
             if pool is not None:
                 pool.report(stage, done[0], len(jobs))
-        return job.name, rec
+        return job.name, rec.to_json()
 
     with ThreadPoolExecutor(max_workers=workers) as pool_threads:
         ran = dict(pool_threads.map(go, order))
@@ -290,10 +290,11 @@ def proc_problem(stage_dir: Path, name: str) -> str | None:
     rec = procs.get(name)
     if rec is None:
         return f"{name}: never ran"
-    if rec["timed_out"]:
-        return f"{name}: timed out after {rec['duration_s']} s (log {name}.log)"
-    if rec["returncode"] != 0:
-        return f"{name}: exited {rec['returncode']}: {last_line(stage_dir / f'{name}.log')}"
+    rec = ProcRecord.from_json(rec)
+    if rec.timed_out:
+        return f"{name}: timed out after {rec.duration_s} s (log {name}.log)"
+    if rec.returncode != 0:
+        return f"{name}: exited {rec.returncode}: {last_line(stage_dir / f'{name}.log')}"
     return None
 
 
@@ -317,12 +318,13 @@ def last_line(path: Path) -> str:
 def selected_variants(options: dict):
     from .. import registry
 
-    want = options.get("variants")
+    want = RunOptions.from_json(options).variants
     return [v for v in registry.VARIANTS if not want or v.name in want]
 
 
 def variants_to_run(ctx):
     """The selected variants whose cells this stage runs: all but those an incremental run carries from an
-    earlier pack (options["carry"] = {stage: [variant, ...]}, evpack.incremental)."""
-    carried = set((ctx.options.get("carry") or {}).get(ctx.dir.name, ()))
+    earlier pack (RunOptions.carry = {stage: [variant, ...]}, evpack.incremental)."""
+    carried = set((RunOptions.from_json(ctx.options).carry or {}).get(ctx.dir.name, ()))
+
     return [v for v in selected_variants(ctx.options) if v.name not in carried]

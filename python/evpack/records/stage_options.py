@@ -1,0 +1,37 @@
+"""A run's options (StageContext.options: the CLI's choices, passed to a shard process as JSON) as a typed,
+read-only view (records/view.py) for the stages that read them: suite and shapes, the GPU list, variants,
+the incremental run's carried cells, the cost rate, the previous pack and the A/B baseline.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .view import View
+
+
+@dataclass(frozen=True)
+class Baseline(View):
+    """options.baseline (--baseline REF): the REF's build, as timing/ab_stage.py prepares it."""
+
+    commit: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class RunOptions(View):
+    suite: Any = None  # the suite's name (None: quick)
+    shapes: Any = None  # ad-hoc shape keys added to the suite
+    shard_shapes: Any = None  # in a shard process of a sharded benchmark: its shapes (None outside one)
+    gpus: Any = None  # the GPU list ({"index", "uuid", "name"} each; evpack/gpus.py) or None
+    variants: Any = None  # the selected variants (None: all)
+    carry: Any = None  # {stage: [variant, ...]} an incremental run carries from an earlier pack
+    cost_per_hour: Any = None
+    previous_pack: Any = None
+    baseline: Any = None  # the A/B's base (Baseline), None without --baseline
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
