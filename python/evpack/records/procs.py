@@ -32,11 +32,15 @@ class ProcRecord(View):
     timed_out: Any = None
     duration_s: Any = None
     ran: Any = None  # "forked" or "process" (with a slot pool)
-    gpu: GpuRef = field(default_factory=GpuRef)
+    gpu: Any = None  # {"index", "uuid"} as the file holds it (None: no GPU list)
     slot: Any = None
     start_s: Any = None
     end_s: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def gpu_ref(self) -> GpuRef:
+        return GpuRef.from_json(self.gpu)
 
 
 @dataclass(frozen=True)

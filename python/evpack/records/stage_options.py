@@ -21,6 +21,8 @@ class Baseline(View):
 
 @dataclass(frozen=True)
 class RunOptions(View):
+    """The options a stage reads (the rest stay in `raw`)."""
+
     suite: Any = None  # the suite's name (None: quick)
     shapes: Any = None  # ad-hoc shape keys added to the suite
     shard_shapes: Any = None  # in a shard process of a sharded benchmark: its shapes (None outside one)
@@ -31,7 +33,3 @@ class RunOptions(View):
     previous_pack: Any = None
     baseline: Any = None  # the A/B's base (Baseline), None without --baseline
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def gpu_count(self) -> int:
-        return len(self.gpus)

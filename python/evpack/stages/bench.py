@@ -23,7 +23,7 @@ run() writes into the stage folder:
                          (summary schema 2) the two other bench canaries (stages/bench_canaries.py)
   ab_confirm_samples.csv.xz
                          (--baseline, rule version 2) the confirmation round of rows the A/B would call SLOWER
-With a GPU list (options["gpus"]) the suite's shapes are split over the GPUs, one process each, into
+With a GPU list (RunOptions.gpus) the suite's shapes are split over the GPUs, one process each, into
 shard<k>/ folders that hold the files above (stages/bench_shards.py documents that layout).
 derive() recomputes the summary from samples.csv.xz + ceilings.json (schema 2: + run.json's device and
 clocks.json's clock for the exp floor) and requires it to match, then applies timing/integrity.py (speed of
@@ -41,6 +41,19 @@ import time
 from pathlib import Path
 
 from ..model import PackFacts
+from ..records.bench import AbRecord, BenchRow, Clocks
+from ..records.bench_stage import (
+    BenchOutcomeData,
+    ContentProbe,
+    HarnessCounters,
+    IntegrityVerdict,
+    LoadedBinary,
+    OutcomeExtras,
+    ProbeVerdict,
+    StageRow,
+    StageRun,
+)
+from ..records.stage_options import Baseline, RunOptions
 from ..timing import ab_stage, content_probe, plots, shards
 from ..timing import summary as sm
 from ..timing.suites import ADHOC, Suite, load_suite, with_adhoc
@@ -67,11 +80,12 @@ log = logging.getLogger(__name__)
 
 def resolve_suite(options: dict, repo: Path) -> Suite:
     """The run's suite; in a shard process of a sharded benchmark, only the shapes of that shard."""
-    name = options.get("suite") or "quick"
-    shapes = options.get("shapes") or []
+    opts = RunOptions.from_json(options)
+    name = opts.suite or "quick"
+    shapes = opts.shapes or []
     suite = with_adhoc(load_suite("quick", repo), shapes, only=True) if name == ADHOC else \
         with_adhoc(load_suite(name, repo), shapes)
-    only = options.get("shard_shapes")
+    only = opts.shard_shapes
     if only is None:
         return suite
     return dataclasses.replace(suite, shapes=tuple(ss for ss in suite.shapes if ss.shape.key in set(only)))
@@ -83,16 +97,17 @@ def run_shard(pack_dir: Path, shard_dir: Path, repo: Path, options: dict) -> Non
 
 
 def _run_sharded(ctx: StageContext, t_start: float) -> None:
-    """The suite over options["gpus"] (bench_shards), then the stage folder's plots and run.json."""
+    """The suite over RunOptions.gpus (bench_shards), then the stage folder's plots and run.json."""
     suite = resolve_suite(ctx.options, ctx.repo)
+    gpus = RunOptions.from_json(ctx.options).gpus
     merged = bench_shards.run(ctx, suite)
     rows = sm.read_summary(ctx.dir)["rows"]
     plot_error = _plots(rows, ctx.dir, suite.primary_mode)
     wall = time.perf_counter() - t_start
     # every GPU of the pool is held for the stage's wall time
-    _write_run_json(ctx, suite, wall * len(ctx.options["gpus"]), device=merged["device"], shards=merged["shards"],
-                    wall_s=wall, **plot_error)
-    log.info("bench: done in %.1f s on %d GPU(s)", wall, len(ctx.options["gpus"]))
+    _write_run_json(ctx, suite, wall * len(gpus), device=merged.device, shards=merged.shards, wall_s=wall,
+                    **plot_error)
+    log.info("bench: done in %.1f s on %d GPU(s)", wall, len(gpus))
 
 
 def _plots(rows: list[dict], stage_dir: Path, mode: str) -> dict:
@@ -119,7 +134,7 @@ def _write_run_json(ctx: StageContext, suite: Suite, gpu_seconds: float, **extra
 
 
 def cost_per_hour(options: dict) -> float | None:
-    rate = options.get("cost_per_hour")
+    rate = RunOptions.from_json(options).cost_per_hour
     for var in ("EVPACK_COST_PER_HOUR", "EVPACK_RATE_USD_PER_HOUR"):  # the latter is set by scripts/gpu-session
         if rate is None and os.environ.get(var):
             rate = os.environ[var]
@@ -127,7 +142,7 @@ def cost_per_hour(options: dict) -> float | None:
 
 
 def _copy_previous(options: dict, stage_dir: Path) -> dict:
-    prev = options.get("previous_pack")
+    prev = RunOptions.from_json(options).previous_pack
     if not prev:
         return {}
     from ..timing.compare import CompareInputError, load
@@ -147,7 +162,8 @@ def run(ctx: StageContext) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
     logging.getLogger("evpack").addHandler(handler)
     try:
-        if ctx.options.get("gpus") and ctx.options.get("shard_shapes") is None:
+        opts = RunOptions.from_json(ctx.options)
+        if opts.gpus and opts.shard_shapes is None:
             _run_sharded(ctx, t_start)
         else:
             _run(ctx, t_start)
@@ -167,9 +183,10 @@ def _run(ctx: StageContext, t_start: float) -> None:
 
     opts = ctx.options
     suite = resolve_suite(opts, ctx.repo)
+    variants = RunOptions.from_json(opts).variants
     head_binary = loaded_binary()
     write_json(ctx.dir / "binary.json", head_binary)
-    base, ab_meta = _prepare_base(ctx, head_binary["sha256"])
+    base, ab_meta = _prepare_base(ctx, LoadedBinary.from_json(head_binary).sha256)
     dev = torch.cuda.current_device()
     info = harness.device_info(dev)
     uuid = str(getattr(torch.cuda.get_device_properties(dev), "uuid", "") or "") or None
@@ -184,8 +201,8 @@ def _run(ctx: StageContext, t_start: float) -> None:
         stream.synchronize()
         ceil = ceilings.measure(stream)
         write_json(ctx.dir / "ceilings.json", ceil)
-        runner = ShapeRunner(suite, flash_attention, stream, info["l2_bytes"], opts.get("variants"),
-                             t_start=time.perf_counter(), base=base)
+        runner = ShapeRunner(suite, flash_attention, stream, info["l2_bytes"], variants, t_start=time.perf_counter(),
+                             base=base)
         for i, ss in enumerate(suite.shapes):
             runner.run_shape(ss)
             log.info("[%d/%d] %s done at %.1f s", i + 1, len(suite.shapes), ss.shape.key,
@@ -206,8 +223,9 @@ def _run(ctx: StageContext, t_start: float) -> None:
         write_json(ctx.dir / GPU_LIMITS_FILE, {"schema": 1, "before": limits_before, "after": gpu_limits()})
     clk = clocks.judge(before, after)
     write_json(ctx.dir / "clocks.json", clk)
-    if clk["throttled"]:
-        log.warning("bench: throttled: %s", clk["reason"])
+    judged = Clocks.from_json(clk)
+    if judged.throttled:
+        log.warning("bench: throttled: %s", judged.reason)
     from ..timing.roofline import physics_of
 
     physics = physics_of(info, clocks.highest_sm_mhz(clk))
@@ -228,22 +246,22 @@ def _run(ctx: StageContext, t_start: float) -> None:
 
 def _baseline_commit(opts: dict) -> dict:
     """run.json's record that this run had a baseline (derive then requires ab.json)."""
-    spec = opts.get("baseline")
-    return {"baseline_commit": spec.get("commit")} if spec else {}
+    spec = RunOptions.from_json(opts).baseline
+    return {"baseline_commit": Baseline.from_json(spec).commit} if spec else {}
 
 
 def _prepare_base(ctx: StageContext, head_sha256: str):
     """REF's extension for --baseline (None, None without one); logs the A/B error, never raises for it."""
-    if not ctx.options.get("baseline"):
+    if not RunOptions.from_json(ctx.options).baseline:
         return None, None
     from ..gitinfo import git_info
 
     base, meta = ab_stage.prepare(ctx.options, ctx.dir, head_sha256, git_info(ctx.repo).dirty)
-    if meta["status"] != "pass":
-        log.warning("bench: A/B part %s: %s", meta["status"], meta["reason"])
+    ab = AbRecord.from_json(meta)
+    if ab.status != "pass":
+        log.warning("bench: A/B part %s: %s", ab.status, ab.reason)
     else:
-        log.info("bench: base %s (%s) loaded, %d kernels", meta["base_ref"], str(meta["base_commit"])[:12],
-                 len(base.kernels))
+        log.info("bench: base %s (%s) loaded, %d kernels", ab.base_ref, str(ab.base_commit)[:12], len(base.kernels))
     return base, meta
 
 
@@ -282,17 +300,18 @@ def _write_integrity(stage_dir: Path, records: list[dict], extra_s: dict | None 
     """What the integrity checks cost in this run (per batch, from the harness's own counters)."""
     from ..timing import integrity
 
-    ours = [r for r in records if r.get("timed_checks") is not None]
-    resets = [r["l2_reset_us_per_batch"] for r in ours if r.get("l2_reset_us_per_batch") is not None]
-    drains = sorted(r["drain_us_median"] for r in records if r.get("drain_us_median") is not None)
+    counted = [HarnessCounters.from_json(r) for r in records]
+    ours = [c for c in counted if c.timed_checks is not None]
+    resets = [c.l2_reset_us_per_batch for c in ours if c.l2_reset_us_per_batch is not None]
+    drains = sorted(c.drain_us_median for c in counted if c.drain_us_median is not None)
     write_json(stage_dir / INTEGRITY_FILE, {
         "drain_limit_us": integrity.DRAIN_LIMIT_US, "rows_with_checks": len(ours),
-        "timed_checks": sum(r["timed_checks"] for r in ours),
+        "timed_checks": sum(c.timed_checks for c in ours),
         "l2_reset_us_per_batch_median": sorted(resets)[len(resets) // 2] if resets else None,
         "drain_us_median_of_rows": drains[len(drains) // 2] if drains else None,
         "drain_us_max_of_rows": drains[-1] if drains else None,
-        "timed_ref_checks": sum(r.get("timed_ref_checks") or 0 for r in ours),
-        "unique_calls": sum(r.get("unique_calls") or 0 for r in records),
+        "timed_ref_checks": sum(c.timed_ref_checks or 0 for c in ours),
+        "unique_calls": sum(c.unique_calls or 0 for c in counted),
         "seconds": extra_s or {}})
 
 
@@ -312,40 +331,43 @@ def _integrity_decision(rows: list[dict], rates: dict[str, float], *, schema: in
     from ..timing import integrity
 
     judged, summary = integrity.judge(rows, rates, schema=schema, physics=physics, cache_flags=cache_flags)
-    if not summary["broken_rows"]:
+    verdict = IntegrityVerdict.from_json(summary)
+    if not verdict.broken_rows:
         return judged, PASS, "", summary
-    status = ERROR if any(r["status"] == "error" and r is not o for r, o in zip(judged, rows, strict=True)) else FAIL
-    return judged, status, f"{summary['broken_rows']} rows break timing integrity (first {summary['first']})", summary
+    status = ERROR if any(BenchRow.from_json(r).status == "error" and r is not o
+                          for r, o in zip(judged, rows, strict=True)) else FAIL
+    return judged, status, f"{verdict.broken_rows} rows break timing integrity (first {verdict.first})", summary
 
 
 def _decide(rows: list[dict], throttled: bool) -> tuple[str, str]:
     if not rows:
         return ERROR, "summary has no rows"
+    rows = [StageRow.from_json(r) for r in rows]
     ours, sdpa = sm.OURS, sm.SDPA
-    wrong = [r for r in rows if r["impl"] == ours and r["status"] == "fail"]
-    not_run = [r for r in rows if r["must_run"] and r["status"] in ("error", "unsupported")]
-    broken_sdpa = [r for r in not_run if r["impl"] == sdpa]
-    broken_ours = [r for r in not_run if r["impl"] == ours]
-    skipped = [r for r in rows if r["must_run"] and r["status"] == "skipped"]
+    wrong = [r for r in rows if r.impl == ours and r.status == "fail"]
+    not_run = [r for r in rows if r.must_run and r.status in ("error", "unsupported")]
+    broken_sdpa = [r for r in not_run if r.impl == sdpa]
+    broken_ours = [r for r in not_run if r.impl == ours]
+    skipped = [r for r in rows if r.must_run and r.status == "skipped"]
     note = " (throttled: clocks.json)" if throttled else ""
     if broken_sdpa:
         r = broken_sdpa[0]
-        return ERROR, f"SDPA default did not run on {len(broken_sdpa)} rows (first {r['key']}: {r['reason'][:150]})"
+        return ERROR, f"SDPA default did not run on {len(broken_sdpa)} rows (first {r.key}: {r.reason[:150]})"
     if wrong or broken_ours:
         parts = []
         if wrong:
             r = wrong[0]
-            parts.append(f"{len(wrong)} rows wrong after timing (first {r['key']}: max err "
-                         f"{r.get('max_abs_err')} > bound {r.get('err_bound')})")
+            parts.append(f"{len(wrong)} rows wrong after timing (first {r.key}: max err "
+                         f"{r.max_abs_err} > bound {r.err_bound})")
         if broken_ours:
             r = broken_ours[0]
-            parts.append(f"{len(broken_ours)} rows of ours did not run (first {r['key']}: {r['reason'][:150]})")
+            parts.append(f"{len(broken_ours)} rows of ours did not run (first {r.key}: {r.reason[:150]})")
         return FAIL, "; ".join(parts) + note
     if skipped:
         r = skipped[0]
-        return SKIPPED, f"{len(skipped)} rows not measured (first {r['key']}: {r['reason'][:150]}){note}"
-    timed = sum(1 for r in rows if r["median_us"] is not None)
-    return PASS, f"{timed} rows timed over {len({r['shape'] for r in rows})} shapes, outputs re-checked{note}"
+        return SKIPPED, f"{len(skipped)} rows not measured (first {r.key}: {r.reason[:150]}){note}"
+    timed = sum(1 for r in rows if r.median_us is not None)
+    return PASS, f"{timed} rows timed over {len({r.shape for r in rows})} shapes, outputs re-checked{note}"
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
@@ -376,7 +398,7 @@ def _previous_file(stage_dir: Path) -> tuple[str, ...]:
     """previous_summary.json in a stored form when run.json names the previous pack it was copied from (the
     run writes the two together): without it the comparison with that pack, and its regressions, are gone."""
     try:
-        named = read_json(stage_dir / "run.json").get("previous_pack_id")
+        named = StageRun.from_json(read_json(stage_dir / "run.json")).previous_pack_id
     except (OSError, ValueError, AttributeError):
         return ()  # an unreadable run.json is named by the derivation
     return (f"{sm.PREVIOUS_FILE}*",) if named else ()
@@ -395,7 +417,7 @@ def _limits_file(pack_dir: Path) -> tuple[str, ...]:
 def _expected_plots(stage_dir: Path) -> tuple[str, ...]:
     try:
         run_rec, summary = read_json(stage_dir / "run.json"), sm.read_summary(stage_dir)
-        if run_rec.get("plot_error"):
+        if StageRun.from_json(run_rec).plot_error:
             return ()
         return plots.expected_files(summary["rows"], summary["primary_mode"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -412,10 +434,11 @@ def _schema_files(schema: int) -> tuple[str, ...]:
 def _probe_problem(probe: dict, rows: list[dict]) -> str:
     """'' when the content probe judged every kernel of ours timed at its shape, else what is missing."""
     bad = content_probe.problems(probe)
-    judged = {(e.get("variant"), e.get("config")) for e in probe.get("entries") or []
-              if e.get("impl") == sm.OURS and content_probe.judge(e)["flagged"] is not None}
-    timed = sorted({(r["variant"], r["config"]) for r in rows if r["impl"] == sm.OURS
-                    and r["shape"] == probe.get("shape") and r["median_us"] is not None})
+    held = ContentProbe.from_json(probe)  # its entries are objects: problems() judged each
+    judged = {(e.variant, e.config) for e in held.entries
+              if e.impl == sm.OURS and ProbeVerdict.from_json(content_probe.judge(e.raw)).flagged is not None}
+    timed = sorted({(r.variant, r.config) for r in map(BenchRow.from_json, rows) if r.impl == sm.OURS
+                    and r.shape == held.shape and r.median_us is not None})
     bad += [f"{v}/{c}: not probed" for v, c in timed if (v, c) not in judged]
     return f"{content_probe.FILE}: {len(bad)} problems (first: {bad[0]})" if bad else ""
 
@@ -440,7 +463,7 @@ def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         schema = written.get("schema", 1)
         if schema not in sm.SCHEMAS:
             return StageOutcome(ERROR, f"summary.json: unknown schema {schema!r}")
-        physics = physics_of(run_info.get("device"), highest_sm_mhz(clk)) if schema >= 2 else None
+        physics = physics_of(StageRun.from_json(run_info).device, highest_sm_mhz(clk)) if schema >= 2 else None
         meta = {k: written[k] for k in META_KEYS}
         problem = bench_outcome.meta_problem(written, run_info)
         if problem:
@@ -459,13 +482,14 @@ def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         return StageOutcome(ERROR, f"summary.json is schema {schema} but the folder holds {newer[0]} (schema "
                                    f"{sm.SCHEMA})")
     diffs = sm.key_problems(records) + sm.differences(written, recomputed)
-    orphans = sorted(set(samples) - {r["key"] for r in records})
+    orphans = sorted(set(samples) - {BenchRow.from_json(r).key for r in records})
     diffs += [f"{k}: samples without a row" for k in orphans]
     if diffs:
         return StageOutcome(ERROR, f"summary.json disagrees with the samples/ceilings in {len(diffs)} "
                                    f"places (first: {diffs[0]})")
-    rows = recomputed["rows"]
-    status, reason = _decide(rows, bool(clk.get("throttled")))
+    rows = recomputed["rows"]  # the rows as the integrity checks, the comparisons and the A/B take them
+    throttled = bool(Clocks.from_json(clk).throttled)
+    status, reason = _decide(rows, throttled)
     new_format = (stage_dir / INTEGRITY_FILE).is_file()  # packs before the integrity checks have no such file
     cache_flags, probe = {}, None
     if schema >= 2:
@@ -484,21 +508,19 @@ def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         if i_status != PASS:
             reason = i_reason if status == PASS else f"{i_reason}; {reason}"
             status = ERROR if ERROR in (status, i_status) else FAIL
-    data = bench_outcome.summary_data(recomputed, throttled=bool(clk.get("throttled")), run_info=run_info,
-                                      so_sha256=read_json(stage_dir / "binary.json").get("sha256"))
-    if new_format:
-        data["integrity"] = i_summary
-        data["canaries"] = bench_canaries.outcomes(stage_dir, ceil_rates, schema=schema, physics=physics)
-    if probe is not None:
-        data["content_probe"] = {"kernels": len(probe.get("entries") or []),
-                                 "flagged": sorted(f"{v}/{c}" for v, c in cache_flags)}
-    if physics is not None:
-        data["physics"] = physics.to_json()
+    data = bench_outcome.summary_data(recomputed, throttled=throttled, run_info=run_info,
+                                      so_sha256=LoadedBinary.from_json(read_json(stage_dir / "binary.json")).sha256)
+    data.update(OutcomeExtras(
+        integrity=i_summary if new_format else None,
+        canaries=bench_canaries.outcomes(stage_dir, ceil_rates, schema=schema, physics=physics) if new_format else None,
+        content_probe=None if probe is None else {"kernels": len(ContentProbe.from_json(probe).entries),
+                                                  "flagged": sorted(f"{v}/{c}" for v, c in cache_flags)},
+        physics=None if physics is None else physics.to_json()).to_json())
     problem = bench_outcome.add_previous(stage_dir, rows, run_info, data)
     if problem:
         return StageOutcome(ERROR, problem)
     reason += bench_outcome.canonical_note(recomputed)
-    ab_data, problem = ab_stage.derive(stage_dir, rows, samples, run_info.get("baseline_commit"))
+    ab_data, problem = ab_stage.derive(stage_dir, rows, samples, StageRun.from_json(run_info).baseline_commit)
     if problem:
         return StageOutcome(ERROR, problem)
     if ab_data is not None:
@@ -508,18 +530,19 @@ def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
 
 def facts(outcome: StageOutcome, pack: PackFacts) -> PackFacts:
     """perf-regression (rows of ours slower than the compared pack beyond noise) and the canonical speedup."""
-    return pack.with_(perf_regression=bool(outcome.data.get("regressions")),
-                      canonical_speedup=outcome.data.get("canonical_speedup"))
+    d = BenchOutcomeData.from_json(outcome.data)
+    return pack.with_(perf_regression=bool(d.regressions), canonical_speedup=d.canonical_speedup)
 
 
 def headline(outcome: StageOutcome) -> dict:
     """The numbers a merged verdict shows for this pack's GPU: the canonical shape, the best of ours there
     and its speedup against each SDPA backend ({} when the benchmark did not decide or has no canonical row)."""
-    d = outcome.data
-    if outcome.status not in (PASS, FAIL) or d.get("canonical_speedup") is None:
+    d = BenchOutcomeData.from_json(outcome.data)
+    if outcome.status not in (PASS, FAIL) or d.canonical_speedup is None:
         return {}
-    vs = d.get("canonical_speedup_vs") or {"default": d["canonical_speedup"]}
-    return {"canonical shape": d.get("canonical_shape"), "best of ours": d.get("canonical_best"),
+    vs = d.canonical_speedup_vs or {"default": d.canonical_speedup}
+    return {"canonical shape": d.canonical_shape, "best of ours": d.canonical_best,
+
             **{f"speedup vs SDPA {backend}": value for backend, value in vs.items()}}
 
 

@@ -1,6 +1,6 @@
 """The benchmark over several GPUs: the suite's shapes split into shards, one process per GPU.
 
-Used when the run has a GPU list (options["gpus"]: several GPUs visible, or --gpus). Layout of bench/:
+Used when the run has a GPU list (RunOptions.gpus: several GPUs visible, or --gpus). Layout of bench/:
   shards.json    {"schema": 1, "shards": [{"dir": "shard0", "shapes": [shape keys]}, ...]}
   shard<k>/      a whole single-GPU bench folder (every file bench.py documents) for its shapes,
                  written by one process pinned to one GPU: its rows, samples, its own GPU's ceilings,
@@ -20,11 +20,16 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ..model import ERROR, PASS, StageOutcome, worst
+from ..records.bench import BenchSummary, GpuRef, Shard
+from ..records.bench_stage import BenchOutcomeData, LoadedBinary, OutcomeExtras, ShardGpu, StageRun
 from ..records.canary import canary_records
+from ..records.procs import ProcRecord
+from ..records.stage_options import RunOptions
 from ..timing import summary as sm
 from ..timing.ab_stage import load as load_ab
 from ..timing.roofline import shape_flops
@@ -51,25 +56,35 @@ def assign(shapes, n: int) -> list[list]:
     return [[shapes[i] for i in sorted(p)] for p in picks if p]
 
 
-def run(ctx, suite) -> dict:
-    """Measure the suite on ctx.options["gpus"], one shard process per GPU; write shards.json, the merged
-    summary.json and binary.json. Returns the shards' part of run.json."""
+@dataclass(frozen=True)
+class Merged:
+    """The shards' part of run.json (merge): each shard's dir, shapes, GPU, device and gpu_seconds, and the
+    device of the first shard that recorded one."""
+
+    shards: list[dict]
+    device: Any
+
+
+def run(ctx, suite) -> Merged:
+    """Measure the suite on the run's GPU list (RunOptions.gpus), one shard process per GPU; write shards.json,
+    the merged summary.json and binary.json. Returns the shards' part of run.json."""
     from .logfollow import LogFollower  # shows each shard's log on the terminal as it grows
 
-    gpus = ctx.options["gpus"]
+    gpus = RunOptions.from_json(ctx.options).gpus
     parts = assign(list(suite.shapes), len(gpus))
     shards = [{"dir": f"shard{k}", "shapes": [ss.shape.key for ss in part]} for k, part in enumerate(parts)]
     write_json(ctx.dir / SHARDS_FILE, {"schema": SCHEMA, "shards": shards})
+    specs = [Shard.from_json(s) for s in shards]
     jobs = []
-    for s in shards:
-        (ctx.dir / s["dir"]).mkdir()
-        opts = dict(ctx.options, shard_shapes=s["shapes"], previous_pack=None)
+    for s in specs:
+        (ctx.dir / s.dir).mkdir()
+        opts = dict(ctx.options, shard_shapes=s.shapes, previous_pack=None)
         cmd = [sys.executable, "-m", "evpack", "_bench-shard", "--pack", str(ctx.pack_dir), "--dir",
-               str(ctx.dir / s["dir"]), "--options", json.dumps(opts)]
-        jobs.append(Job(s["dir"], cmd, SHARD_TIMEOUT_S))
+               str(ctx.dir / s.dir), "--options", json.dumps(opts)]
+        jobs.append(Job(s.dir, cmd, SHARD_TIMEOUT_S))
     log.info("bench: %d shapes in %d shard(s) over GPU(s) %s", len(suite.shapes), len(shards),
-             ", ".join(str(g["index"]) for g in gpus))
-    followers = [LogFollower(ctx.dir / f"{s['dir']}.log", f"bench/{s['dir']}") for s in shards]
+             ", ".join(str(GpuRef.from_json(g).index) for g in gpus))
+    followers = [LogFollower(ctx.dir / f"{s.dir}.log", f"bench/{s.dir}") for s in specs]
     for f in followers:
         f.start()
     try:
@@ -81,32 +96,33 @@ def run(ctx, suite) -> dict:
     return merge(ctx.dir, shards, suite, procs)
 
 
-def merge(stage_dir: Path, shards: list[dict], suite, procs: dict) -> dict:
+def merge(stage_dir: Path, shards: list[dict], suite, procs: dict) -> Merged:
     """summary.json and binary.json of the stage folder from the shards that finished (a shard that did not:
-    derive says so). Returns {"shards": [dir, shapes, GPU, device, gpu_seconds of each]} for run.json."""
-    rows, runs = [], []
-    for s in shards:
-        d = stage_dir / s["dir"]
+    derive says so). Returns the shards' part of run.json (dir, shapes, GPU, device, gpu_seconds of each)."""
+    rows, runs, devices = [], [], []
+    for s in map(Shard.from_json, shards):
+        d = stage_dir / s.dir
         if sm.has_summary(d):
             rows += sm.read_summary(d)["rows"]
         if (d / "binary.json").is_file() and not (stage_dir / "binary.json").is_file():
             write_json(stage_dir / "binary.json", read_json(d / "binary.json"))
-        info = read_json(d / "run.json") if (d / "run.json").is_file() else {}
-        runs.append({"dir": s["dir"], "shapes": s["shapes"], "gpu": procs.get(s["dir"], {}).get("gpu"),
-                     "device": info.get("device"), "gpu_seconds": info.get("gpu_seconds")})
+        info = StageRun.from_json(read_json(d / "run.json") if (d / "run.json").is_file() else {})
+        runs.append({"dir": s.dir, "shapes": s.shapes, "gpu": ProcRecord.from_json(procs.get(s.dir, {})).gpu,
+                     "device": info.device, "gpu_seconds": info.gpu_seconds})
+        devices.append(info.device)
     meta = {"suite": suite.name, "canonical": suite.canonical.key, "primary_mode": suite.primary_mode}
     sm.write_summary(stage_dir, sm.summary_from_rows(meta, rows))
-    return {"shards": runs, "device": next((r["device"] for r in runs if r["device"]), None)}
+    return Merged(runs, next((device for device in devices if device), None))
 
 
-def _outside(stage_dir: Path, s: dict) -> str | None:
+def _outside(stage_dir: Path, s: Shard) -> str | None:
     """A shard holding rows of shapes it was not given (None when it holds only its own)."""
-    d = stage_dir / s["dir"]
+    d = stage_dir / s.dir
     if not d.is_dir():
-        return f"{s['dir']}: missing"
-    rows = sm.read_summary(d)["rows"] if sm.has_summary(d) else []
-    outside = sorted({r["shape"] for r in rows} - set(s["shapes"]))
-    return f"{s['dir']}: rows of shapes it was not given ({outside[0]})" if outside else None
+        return f"{s.dir}: missing"
+    rows = BenchSummary.from_json(sm.read_summary(d)).rows if sm.has_summary(d) else ()
+    outside = sorted({r.shape for r in rows} - set(s.shapes))
+    return f"{s.dir}: rows of shapes it was not given ({outside[0]})" if outside else None
 
 
 def derive(stage_dir: Path, pack_dir: Path, derive_single) -> StageOutcome:
@@ -119,27 +135,30 @@ def derive(stage_dir: Path, pack_dir: Path, derive_single) -> StageOutcome:
         procs = read_json(stage_dir / "procs.json")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return StageOutcome(ERROR, f"corrupt sharded bench files: {type(exc).__name__}: {exc}")
-    names = [s.get("dir", "") for s in shards]
+    specs = [Shard.from_json(s) for s in shards]
+    names = ["" if s.dir is None else s.dir for s in specs]
     if not shards or len(set(names)) != len(names) or any("/" in n or not n.startswith("shard") for n in names):
         return StageOutcome(ERROR, f"{SHARDS_FILE}: bad shard list {names}")
-    given = [k for s in shards for k in s["shapes"]]
-    if sorted(given) != sorted(run_info.get("shapes") or []) or len(set(given)) != len(given):
+    given = [k for s in specs for k in s.shapes]
+    if sorted(given) != sorted(StageRun.from_json(run_info).shapes or []) or len(set(given)) != len(given):
         return StageOutcome(ERROR, "the shards do not cover run.json's shapes exactly once")
     outcomes, rows, gpus = [], [], []
-    for s in shards:
+    for s in specs:
         problem = _outside(stage_dir, s)
         if problem:
             return StageOutcome(ERROR, problem)
-        d = stage_dir / s["dir"]
+        d = stage_dir / s.dir
         out = derive_single(d, pack_dir)
-        gpu = (procs.get(s["dir"]) or {}).get("gpu") or {}
-        gpus.append({"dir": s["dir"], "index": gpu.get("index"), "uuid": gpu.get("uuid"), "status": out.status,
-                     "shapes": len(s["shapes"])})
+        rec = ProcRecord.from_json(procs.get(s.dir))
+        if not isinstance(procs.get(s.dir) or {}, dict) or not isinstance(rec.gpu or {}, dict):
+            return StageOutcome(ERROR, f"procs.json: the record of {s.dir}, or its GPU, is not an object")
+        gpu = rec.gpu_ref
+        gpus.append({"dir": s.dir, "index": gpu.index, "uuid": gpu.uuid, "status": out.status,
+                     "shapes": len(s.shapes)})
         if out.status == ERROR:
-            return StageOutcome(ERROR, f"{s['dir']} (GPU {gpu.get('index')}, {gpu.get('uuid')}): {out.reason}",
-                                {"gpus": gpus})
-        if read_json(d / "binary.json").get("sha256") != binary:
-            return StageOutcome(ERROR, f"{s['dir']}: loaded a binary other than bench/binary.json's")
+            return StageOutcome(ERROR, f"{s.dir} (GPU {gpu.index}, {gpu.uuid}): {out.reason}", {"gpus": gpus})
+        if LoadedBinary.from_json(read_json(d / "binary.json")).sha256 != binary:
+            return StageOutcome(ERROR, f"{s.dir}: loaded a binary other than bench/binary.json's")
         outcomes.append(out)
         rows += sm.read_summary(d)["rows"]
     meta = {k: written[k] for k in bench_outcome.META_KEYS}
@@ -156,33 +175,37 @@ def derive(stage_dir: Path, pack_dir: Path, derive_single) -> StageOutcome:
 
 def _combine(stage_dir: Path, outcomes: list[StageOutcome], merged: dict, run_info: dict, gpus: list[dict],
              binary: str | None) -> StageOutcome:
-    rows = merged["rows"]
+    rows = merged["rows"]  # as the previous-pack comparison takes them
     datas = [o.data for o in outcomes]
+    views = [BenchOutcomeData.from_json(d) for d in datas]
     status = worst(o.status for o in outcomes)
-    data = bench_outcome.summary_data(merged, throttled=any(d.get("throttled") for d in datas), run_info=run_info,
+    data = bench_outcome.summary_data(merged, throttled=any(v.throttled for v in views), run_info=run_info,
                                       so_sha256=binary)
-    data["gpus"] = gpus
+    integrity = canaries = probe = None
     if all("integrity" in d for d in datas):
-        counted = [k for k in datas[0]["integrity"] if k != "first"]
-        data["integrity"] = {k: sum(d["integrity"].get(k) or 0 for d in datas) for k in counted}
-        data["integrity"]["first"] = next((d["integrity"]["first"] for d in datas if d["integrity"].get("first")), None)
-    if all(d.get("canaries") for d in datas):
-        data["canaries"] = []
+        counted = [k for k in views[0].integrity.raw if k != "first"]
+        integrity = {**{k: sum(v.integrity.raw.get(k) or 0 for v in views) for k in counted},
+                     "first": next((v.integrity.first for v in views if v.integrity.first), None)}
+    if all(v.canaries for v in views):
+        canaries = []
         per_gpu = [canary_records(d) for d in datas]
         for name in dict.fromkeys(c.name for records in per_gpu for c in records):
             entries = [c for records in per_gpu for c in records if c.name == name]
             caught = len(entries) == len(datas) and all(c.caught for c in entries)
             first = next((c for c in entries if c.caught == caught), entries[0])
-            data["canaries"].append(replace(first, caught=caught, observed=f"{first.observed} (caught on "
-                                            f"{sum(c.caught for c in entries)} of {len(datas)} GPUs)").to_json())
+            canaries.append(replace(first, caught=caught, observed=f"{first.observed} (caught on "
+                                    f"{sum(c.caught for c in entries)} of {len(datas)} GPUs)").to_json())
     if all("content_probe" in d for d in datas):
-        data["content_probe"] = {"kernels": sum(d["content_probe"]["kernels"] for d in datas),
-                                 "flagged": sorted({f for d in datas for f in d["content_probe"]["flagged"]})}
-    bad = [(g, o) for g, o in zip(gpus, outcomes, strict=True) if o.status != PASS]
-    reason = (f"{sum(1 for r in rows if r['median_us'] is not None)} rows timed over {len({r['shape'] for r in rows})} "
+        probe = {"kernels": sum(v.content_probe.kernels for v in views),
+                 "flagged": sorted({f for v in views for f in v.content_probe.flagged})}
+    data.update(OutcomeExtras(gpus=gpus, integrity=integrity, canaries=canaries, content_probe=probe).to_json())
+    timed = BenchSummary.from_json(merged).rows
+    bad = [(ShardGpu.from_json(g), o) for g, o in zip(gpus, outcomes, strict=True) if o.status != PASS]
+    reason = (f"{sum(1 for r in timed if r.median_us is not None)} rows timed over {len({r.shape for r in timed})} "
               f"shapes on {len(gpus)} GPU(s), outputs re-checked")
     if bad:
-        reason = "; ".join(f"{g['dir']}: {o.reason}" for g, o in bad)
+        reason = "; ".join(f"{g.dir}: {o.reason}" for g, o in bad)
+
     problem = bench_outcome.add_previous(stage_dir, rows, run_info, data)
     if problem:
         return StageOutcome(ERROR, problem)
