@@ -35,14 +35,6 @@ class StageRun(View):
 
 
 @dataclass(frozen=True)
-class LoadedBinary(View):
-    """binary.json: the extension a process loaded (evpack.binary.loaded_binary)."""
-
-    sha256: Any = None
-    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
 class ProbeEntry(View):
     """One kernel of content_probe.json (its times are judged by timing/content_probe.py)."""
 

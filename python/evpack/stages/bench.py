@@ -47,12 +47,12 @@ from ..records.bench_stage import (
     ContentProbe,
     HarnessCounters,
     IntegrityVerdict,
-    LoadedBinary,
     OutcomeExtras,
     ProbeVerdict,
     StageRow,
     StageRun,
 )
+from ..records.binary import BinaryRecord
 from ..records.stage_options import Baseline, RunOptions
 from ..timing import ab_stage, content_probe, plots, shards
 from ..timing import summary as sm
@@ -186,7 +186,7 @@ def _run(ctx: StageContext, t_start: float) -> None:
     variants = RunOptions.from_json(opts).variants
     head_binary = loaded_binary()
     write_json(ctx.dir / "binary.json", head_binary)
-    base, ab_meta = _prepare_base(ctx, LoadedBinary.from_json(head_binary).sha256)
+    base, ab_meta = _prepare_base(ctx, BinaryRecord.from_json(head_binary).sha256)
     dev = torch.cuda.current_device()
     info = harness.device_info(dev)
     uuid = str(getattr(torch.cuda.get_device_properties(dev), "uuid", "") or "") or None
@@ -509,7 +509,7 @@ def _derive_one(stage_dir: Path, pack_dir: Path) -> StageOutcome:
             reason = i_reason if status == PASS else f"{i_reason}; {reason}"
             status = ERROR if ERROR in (status, i_status) else FAIL
     data = bench_outcome.summary_data(recomputed, throttled=throttled, run_info=run_info,
-                                      so_sha256=LoadedBinary.from_json(read_json(stage_dir / "binary.json")).sha256)
+                                      so_sha256=BinaryRecord.from_json(read_json(stage_dir / "binary.json")).sha256)
     data.update(OutcomeExtras(
         integrity=i_summary if new_format else None,
         canaries=bench_canaries.outcomes(stage_dir, ceil_rates, schema=schema, physics=physics) if new_format else None,

@@ -26,7 +26,8 @@ from typing import Any
 
 from ..model import ERROR, PASS, StageOutcome, worst
 from ..records.bench import BenchSummary, GpuRef, Shard
-from ..records.bench_stage import BenchOutcomeData, LoadedBinary, OutcomeExtras, ShardGpu, StageRun
+from ..records.bench_stage import BenchOutcomeData, OutcomeExtras, ShardGpu, StageRun
+from ..records.binary import BinaryRecord
 from ..records.canary import canary_records
 from ..records.procs import ProcRecord
 from ..records.stage_options import RunOptions
@@ -157,7 +158,7 @@ def derive(stage_dir: Path, pack_dir: Path, derive_single) -> StageOutcome:
                      "shapes": len(s.shapes)})
         if out.status == ERROR:
             return StageOutcome(ERROR, f"{s.dir} (GPU {gpu.index}, {gpu.uuid}): {out.reason}", {"gpus": gpus})
-        if LoadedBinary.from_json(read_json(d / "binary.json")).sha256 != binary:
+        if BinaryRecord.from_json(read_json(d / "binary.json")).sha256 != binary:
             return StageOutcome(ERROR, f"{s.dir}: loaded a binary other than bench/binary.json's")
         outcomes.append(out)
         rows += sm.read_summary(d)["rows"]
