@@ -36,6 +36,7 @@ from pathlib import Path
 
 from . import registry
 from .packfs import write_bytes
+from .records.triton import TritonKernel, TritonManifest
 from .triton_pin import triton_pin
 
 SCHEMA_VERSION = 1
@@ -113,6 +114,11 @@ class Built:
     block_m: int
     block_n: int
     files: dict  # kind -> {"path": relative to the out dir, "sha256": ...}
+
+    @property
+    def cubin_path(self) -> str:
+        """The cubin's path, relative to the out dir."""
+        return TritonKernel.from_json(dataclasses.asdict(self)).cubin.path
 
 
 def compile_one(fn, variant: registry.Variant, cfg: registry.TileConfig, dtype: str, head_dim: int, arch: str,
@@ -210,9 +216,9 @@ def build(repo: Path, out: Path, ext: str, variants: list[registry.Variant], arc
                 for d in v.head_dims:
                     built = [compile_one(fn, v, cfg, dtype, d, a, out, ext) for a in mine]
                     rel = f"{v.name}/{cfg.name}_{dtype}_d{d}.fatbin"
-                    fatbinary(fatbinary_tool, [(b.arch, out / b.files["cubin"]["path"]) for b in built], out / rel)
+                    fatbinary(fatbinary_tool, [(b.arch, out / b.cubin_path) for b in built], out / rel)
                     data = (out / rel).read_bytes()
-                    missing = [b.arch for b in built if (out / b.files["cubin"]["path"]).read_bytes() not in data]
+                    missing = [b.arch for b in built if (out / b.cubin_path).read_bytes() not in data]
                     if missing:
                         raise AotError(f"{rel}: the fat binary does not hold the {', '.join(missing)} cubin verbatim")
                     fatbins.append({"variant": v.name, "config": cfg.name, "dtype": dtype, "head_dim": d,
@@ -250,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     except (AotError, ValueError, OSError) as e:
         print(f"evpack triton build: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({"kernels": len(manifest["kernels"]), "fatbins": len(manifest["fatbins"]),
-                      "triton_version": manifest["triton_version"]}))
+    m = TritonManifest.from_json(manifest)
+    print(json.dumps({"kernels": len(m.kernels), "fatbins": len(m.fatbins), "triton_version": m.triton_version}))
     return 0
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 from ..binary import find_built, sha256_file
 from ..markdown import code, text  # report_md: every pack value escaped
 from ..model import PackFacts
+from ..records.build import BinaryRecord, BuildData, BuildResult, BuildTools, BuiltKernel, SkippedVariant, ToolInfo
+from ..records.view import objects
 from . import build_triton
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, progress, read_json, write_json
 from .order import declared
@@ -27,6 +29,7 @@ SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
 NEEDS_GPU, TIMEOUT_S = SPEC.needs_gpu, SPEC.timeout_s
 REQUIRED_FILES = SPEC.required_files  # raw files a stage that decided keeps (verify requires them)
 MODULES = {"_C": "binary.json", "_canaries": "binary_canaries.json"}
+LOGGED_ENV = ("EVPACK_CUDA_ARCHS", "EVPACK_NVCC_FLAGS", "EVPACK_VARIANTS", "EVPACK_CANARIES")  # build.log's header
 # The ninja and the compiler cache (ccache/sccache, with this build's hits and misses) the build ran:
 # python/evpack/buildtools.py. A view for people; nothing is decided from it.
 BUILD_TOOLS = "build_tools.json"
@@ -47,9 +50,7 @@ def run(ctx: StageContext) -> None:
     log_path = ctx.dir / "build.log"
     ninja_step = re.compile(r"^\[(\d+)/(\d+)\]")
     with open(log_path, "w", encoding="utf-8") as log:
-        log.write(f"# {' '.join(cmd)}\n# EVPACK_CUDA_ARCHS={env.get('EVPACK_CUDA_ARCHS', '')} "
-                  f"EVPACK_NVCC_FLAGS={env.get('EVPACK_NVCC_FLAGS', '')} EVPACK_VARIANTS="
-                  f"{env.get('EVPACK_VARIANTS', '')} EVPACK_CANARIES={env['EVPACK_CANARIES']}\n")
+        log.write(f"# {' '.join(cmd)}\n# " + " ".join(f"{k}={env.get(k, '')}" for k in LOGGED_ENV) + "\n")
         proc = subprocess.Popen(cmd, cwd=ctx.repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace")
         assert proc.stdout is not None
@@ -60,8 +61,7 @@ def run(ctx: StageContext) -> None:
                 progress(f"build [{m.group(1)}/{m.group(2)}] {time.monotonic() - t0:6.1f} s")
         rc = proc.wait()
     result = {"command": cmd, "returncode": rc, "elapsed_s": round(time.monotonic() - t0, 2),
-              "env": {k: env.get(k) for k in ("EVPACK_CUDA_ARCHS", "EVPACK_NVCC_FLAGS", "EVPACK_VARIANTS",
-                                               "EVPACK_CANARIES", "MAX_JOBS")}}
+              "env": {k: env.get(k) for k in (*LOGGED_ENV, "MAX_JOBS")}}
     write_json(ctx.dir / "result.json", result)
     if rc != 0:
         return
@@ -75,7 +75,8 @@ def run(ctx: StageContext) -> None:
         write_json(ctx.dir / MODULES[module], {"module": f"evpack.{module}", "path": str(so.resolve()),
                                                "sha256": sha256_file(so)})
     _copy_ptxas_logs(ctx.repo, ctx.dir / "ptxas", built)
-    sos = {m: Path(read_json(ctx.dir / MODULES[m])["path"]) for m in built if (ctx.dir / MODULES[m]).is_file()}
+    sos = {m: Path(BinaryRecord.from_json(read_json(ctx.dir / MODULES[m])).path) for m in built
+           if (ctx.dir / MODULES[m]).is_file()}
     build_triton.keep(ctx.repo, ctx.dir, sos)
     _copy_skipped(ctx.repo, ctx.dir)
     tools_record = ctx.repo / "build" / "tools" / BUILD_TOOLS  # written by setup.py after this build
@@ -129,14 +130,14 @@ def required_files(stage_dir: Path) -> tuple[str, ...]:
     variants it left out, the tools record result.json names, and the Triton record when it built Triton
     kernels: no file the build kept can go missing unnoticed."""
     try:
-        res = read_json(stage_dir / "result.json")
-        ok = res["returncode"] == 0
+        res = BuildResult.from_json(read_json(stage_dir / "result.json"))
+        ok = res.returncode == 0
     except (OSError, ValueError, KeyError, TypeError):
         return REQUIRED_FILES  # unreadable: the derivation names it
     out = REQUIRED_FILES + (("kernels.log",) if ok else ())
     if ok and any(stage_dir.glob("skipped_*.json")):  # a build that writes the notes writes one per extension
         out += tuple(f"skipped_{m}.json" for m, rec in MODULES.items() if (stage_dir / rec).is_file())
-    if ok and res.get("build_tools") == BUILD_TOOLS:  # result.json names the tools record it kept
+    if ok and res.build_tools == BUILD_TOOLS:  # result.json names the tools record it kept
         out += (BUILD_TOOLS,)
     if ok and _built_triton(stage_dir):  # the Triton record is what the cubins are checked against
         out += (build_triton.RECORD,)
@@ -149,7 +150,7 @@ def _built_triton(stage_dir: Path) -> bool:
 
     try:
         kernels = read_json(stage_dir / "kernels.json")
-        names = {k.get("variant") for k in kernels if isinstance(k, dict)}
+        names = {BuiltKernel.from_json(k).variant for k in objects(kernels)}
     except (OSError, ValueError, TypeError, AttributeError):
         return False  # an unreadable kernel list is named by the derivation
     # a name this code does not know (an older or newer pack's variant) is no Triton variant here
@@ -157,55 +158,55 @@ def _built_triton(stage_dir: Path) -> bool:
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
-    res = read_json(stage_dir / "result.json")
-    if res["returncode"] != 0:
+    res = BuildResult.from_json(read_json(stage_dir / "result.json"))
+    if res.returncode != 0:
         log = (stage_dir / "build.log").read_text(encoding="utf-8", errors="replace").splitlines()
         err = next((ln for ln in log if "error" in ln.lower() and not ln.startswith("#")), log[-1] if log else "")
-        return StageOutcome(FAIL, f"build exited {res['returncode']}: {err.strip()[:160]}")
+        return StageOutcome(FAIL, f"build exited {res.returncode}: {err.strip()[:160]}")
     if not (stage_dir / "binary.json").exists():
         return StageOutcome(ERROR, "build exited 0 but no evpack._C shared object was found")
-    binrec = read_json(stage_dir / "binary.json")
+    binrec = BinaryRecord.from_json(read_json(stage_dir / "binary.json"))
     logs = sorted((stage_dir / "ptxas").glob("*.log"))
     if not logs:
         return StageOutcome(ERROR, "no PTXAS logs were captured (is csrc/tools/nvcc-log in use?)")
     kernels = read_json(stage_dir / "kernels.json") if (stage_dir / "kernels.json").exists() else []
     if not kernels:
         return StageOutcome(ERROR, "the built extension lists no kernels (see build/kernels.log)")
-    canaries = read_json(stage_dir / "binary_canaries.json")["sha256"] if (
+    canaries = BinaryRecord.from_json(read_json(stage_dir / "binary_canaries.json")).sha256 if (
         stage_dir / "binary_canaries.json").exists() else None
-    data = {"so_sha256": binrec["sha256"], "so_path": binrec["path"], "canaries_sha256": canaries,
-            "ptxas_logs": len(logs), "kernels": len(kernels), "env": res.get("env", {})}
-    sos = {m: read_json(stage_dir / rec)["sha256"] for m, rec in MODULES.items() if (stage_dir / rec).is_file()}
+    data = {"so_sha256": binrec.sha256, "so_path": binrec.path, "canaries_sha256": canaries,
+            "ptxas_logs": len(logs), "kernels": len(kernels), "env": {} if "env" not in res.raw else res.env}
+    sos = {m: BinaryRecord.from_json(read_json(stage_dir / rec)).sha256 for m, rec in MODULES.items()
+           if (stage_dir / rec).is_file()}
     triton_problems, triton_data = build_triton.check(stage_dir, sos)
     if triton_problems:
         return StageOutcome(ERROR, f"{len(triton_problems)} Triton problem(s); first: {triton_problems[0]}",
                             dict(data, triton=triton_data, triton_problems=triton_problems))
     if triton_data:
-        data["triton"] = triton_data
+        data.update(triton=triton_data)
     skipped = [dict(s, extension=p.stem.removeprefix("skipped_")) for p in sorted(stage_dir.glob("skipped_*.json"))
                for s in read_json(p)]
     note = ""
     if skipped:
-        data["skipped_variants"] = skipped
-        note = "; left out: " + "; ".join(f"{s['variant']} ({s['reason']})" for s in skipped)
+        data.update(skipped_variants=skipped)
+        note = "; left out: " + "; ".join(f"{s.variant} ({s.reason})" for s in map(SkippedVariant.from_json, skipped))
     return StageOutcome(PASS, f"built {len(kernels)} kernels from {len(logs)} CUDA objects; "
-                              f"_C sha256 {binrec['sha256'][:12]}{note}", data)
+                              f"_C sha256 {binrec.sha256[:12]}{note}", data)
 
 
 def facts(outcome: StageOutcome, pack: PackFacts) -> PackFacts:
     """The digest of the built evpack._C: the one binary every other stage must have loaded."""
-    return pack.with_(so_sha256=outcome.data.get("so_sha256"))
+    return pack.with_(so_sha256=BuildData.from_json(outcome.data).so_sha256)
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     if outcome.status != PASS:
         return ""
-    d = outcome.data
-    env = d.get("env", {})
-    return (f"- shared object {code(Path(str(d['so_path'])).name)} sha256 {code(d['so_sha256'])}\n"
-            f"- archs {code(env.get('EVPACK_CUDA_ARCHS') or 'default (80;89;90;90a)')}, extra nvcc flags "
-            f"{code(env.get('EVPACK_NVCC_FLAGS') or 'none')}; {text(d['kernels'])} kernels, "
-            f"{text(d['ptxas_logs'])} PTXAS logs" + _tools_line(stage_dir / BUILD_TOOLS))
+    d = BuildData.from_json(outcome.data)
+    return (f"- shared object {code(Path(str(d.so_path)).name)} sha256 {code(d.so_sha256)}\n"
+            f"- archs {code(d.env.EVPACK_CUDA_ARCHS or 'default (80;89;90;90a)')}, extra nvcc flags "
+            f"{code(d.env.EVPACK_NVCC_FLAGS or 'none')}; {text(d.kernels)} kernels, "
+            f"{text(d.ptxas_logs)} PTXAS logs" + _tools_line(stage_dir / BUILD_TOOLS))
 
 
 
@@ -217,15 +218,15 @@ def _plain(value: object, limit: int = 80) -> str:
 def _tools_line(path: Path) -> str:
     """'- ninja ...; compiler cache ...' from build_tools.json ('' for a pack without one, or an unreadable one)."""
     try:
-        rec = read_json(path)
-        ninja, cache = dict(rec["ninja"]), dict(rec["compiler_cache"])
+        rec = BuildTools.from_json(read_json(path))
+        ninja, cache = ToolInfo.from_json(dict(rec.ninja)), ToolInfo.from_json(dict(rec.compiler_cache))
     except (OSError, ValueError, KeyError, TypeError):
         return ""
-    line = f"\n- ninja {_plain(ninja.get('version'))}"
-    if cache.get("name") not in ("ccache", "sccache"):
+    line = f"\n- ninja {_plain(ninja.version)}"
+    if cache.name not in ("ccache", "sccache"):
         return line + "; no compiler cache"
-    counts = cache.get("counts") if isinstance(cache.get("counts"), dict) else {}
+    counts = cache.counts if isinstance(cache.counts, dict) else {}
     nums = [counts.get(k) for k in ("hits", "misses", "uncacheable")]
     tally = (" ({} hits, {} misses, {} uncacheable calls)".format(*nums)
              if all(isinstance(n, int) and not isinstance(n, bool) for n in nums) else "")
-    return line + f"; compiler cache {_plain(cache.get('version') or cache['name'])}{tally}"
+    return line + f"; compiler cache {_plain(cache.version or cache.name)}{tally}"

@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 from ..packfs import member, plain_name, read_stored, write_stored
+from ..records.triton import TritonManifest, TritonRecord
 
 RECORD = "triton.json"
 KEPT = ("cubin", "ptx", "json", "ptxas.log")
@@ -41,29 +42,29 @@ def keep(repo: Path, dest: Path, built: dict[str, Path]) -> None:
         manifest_path = src / "manifest.json"
         if not manifest_path.is_file():
             continue
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        manifest = TritonManifest.from_json(json.loads(manifest_path.read_text(encoding="utf-8")))
         out = dest / "triton" / ext
         out.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(manifest_path, out / "manifest.json")
         so_bytes = so.read_bytes()
         embedded, problems = 0, []
-        for k in manifest["kernels"]:
+        for k in manifest.rows:
             for kind in KEPT:
-                rel = k["files"][kind]["path"]
+                rel = k.file(kind).path
                 if not _safe(rel):
                     problems.append(f"{rel!r} is not a <variant>/<file> name")
                     continue
                 write_stored(out / f"{rel}{STORED_SUFFIX}", (src / rel).read_bytes())
                 if kind == "ptxas.log":
                     shutil.copyfile(src / rel, dest / "ptxas" / f"triton_{ext}_{rel.replace('/', '_')}")
-            if (src / k["files"]["cubin"]["path"]).read_bytes() in so_bytes:
+            if (src / k.cubin.path).read_bytes() in so_bytes:
                 embedded += 1
             else:
-                problems.append(f"{k['symbol']} on {k['arch']}: its cubin is not in {so.name}")
+                problems.append(f"{k.symbol} on {k.arch}: its cubin is not in {so.name}")
         record[ext] = {"manifest_sha256": _sha256(out / "manifest.json"), "so_sha256": hashlib.sha256(so_bytes).hexdigest(),
-                       "kernels": len(manifest["kernels"]), "cubins_embedded": embedded,
-                       "triton_version": manifest.get("triton_version"),
-                       "triton_required": manifest.get("triton_required"), "problems": problems}
+                       "kernels": len(manifest.kernels), "cubins_embedded": embedded,
+                       "triton_version": manifest.triton_version,
+                       "triton_required": manifest.triton_required, "problems": problems}
     if record:
         (dest / RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
@@ -75,34 +76,35 @@ def check(stage_dir: Path, so_sha256: dict[str, str]) -> tuple[list[str], dict]:
         return [], {}
     problems: list[str] = []
     data: dict = {}
-    for ext, rec in json.loads(path.read_text(encoding="utf-8")).items():
+    for ext, value in json.loads(path.read_text(encoding="utf-8")).items():
+        rec = TritonRecord.from_json(value)
         base = stage_dir / "triton" / ext
         try:
-            manifest = json.loads((base / "manifest.json").read_text(encoding="utf-8"))
+            manifest = TritonManifest.from_json(json.loads((base / "manifest.json").read_text(encoding="utf-8")))
         except (OSError, ValueError) as e:
             problems.append(f"triton {ext}: manifest unreadable ({e})")
             continue
-        if _sha256(base / "manifest.json") != rec.get("manifest_sha256"):
+        if _sha256(base / "manifest.json") != rec.manifest_sha256:
             problems.append(f"triton {ext}: manifest.json is not the one the build recorded")
-        if rec.get("so_sha256") != so_sha256.get(ext):
-            problems.append(f"triton {ext}: cubins were matched against shared object {rec.get('so_sha256')}, "
+        if rec.so_sha256 != so_sha256.get(ext):
+            problems.append(f"triton {ext}: cubins were matched against shared object {rec.so_sha256}, "
                             f"not the recorded {so_sha256.get(ext)}")
-        if rec.get("triton_version") != rec.get("triton_required"):
-            problems.append(f"triton {ext}: built with triton {rec.get('triton_version')}, torch requires "
-                            f"{rec.get('triton_required')}")
-        problems += [f"triton {ext}: {p}" for p in rec.get("problems", [])]
-        kernels = manifest.get("kernels", [])
-        if rec.get("cubins_embedded") != len(kernels):
-            problems.append(f"triton {ext}: {rec.get('cubins_embedded')} of {len(kernels)} cubins are in the binary")
+        if rec.triton_version != rec.triton_required:
+            problems.append(f"triton {ext}: built with triton {rec.triton_version}, torch requires "
+                            f"{rec.triton_required}")
+        problems += [f"triton {ext}: {p}" for p in ([] if "problems" not in rec.raw else rec.problems)]
+        kernels = manifest.rows if "kernels" in manifest.raw else []
+        if rec.cubins_embedded != len(kernels):
+            problems.append(f"triton {ext}: {rec.cubins_embedded} of {len(kernels)} cubins are in the binary")
         for k in kernels:
             for kind in KEPT:
-                f = k["files"][kind]
-                problem = _kept_problem(base, f["path"], f["sha256"])
+                f = k.file(kind)
+                problem = _kept_problem(base, f.path, f.sha256)
                 if problem:
                     problems.append(f"triton {ext}: {problem}")
-        data[ext] = {"kernels": len(kernels), "triton_version": rec.get("triton_version"),
-                     "triton_required": rec.get("triton_required"),
-                     "cubins": {f"{k['symbol']}@{k['arch']}": k["files"]["cubin"]["sha256"] for k in kernels}}
+        data[ext] = {"kernels": len(kernels), "triton_version": rec.triton_version,
+                     "triton_required": rec.triton_required,
+                     "cubins": {f"{k.symbol}@{k.arch}": k.cubin.sha256 for k in kernels}}
     return problems, data
 
 
