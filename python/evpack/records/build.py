@@ -49,6 +49,11 @@ class BuiltKernel(View):
     module: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
+    @property
+    def extension(self) -> Any:
+        """The module the kernel is in (rows written before kernels.json named it: evpack._C)."""
+        return self.module if "module" in self.raw else "evpack._C"
+
     def key(self) -> tuple:
         """(variant, config, dtype, head_dim as int); KeyError naming the first of those the row lacks."""
         missing = [name for name in KERNEL_KEY if name not in self.raw]

@@ -7,11 +7,13 @@ from pathlib import Path
 
 from .. import registry
 from ..jsonio import write_text
+from ..records.build import BuiltKernel
 from ..records.canary import CanaryRecord
+from ..records.kernel_row import StatusRow
 from .base import ERROR, FAIL, PASS, SKIPPED, read_json, worst
 
 
-def load_built_kernels(pack_dir: Path) -> tuple[dict | None, str]:
+def load_built_kernels(pack_dir: Path) -> tuple[dict[tuple, BuiltKernel] | None, str]:
     """build/kernels.json as {(variant, config, dtype, head_dim): row}; (None, why) when unusable."""
     path = pack_dir / "build" / "kernels.json"
     if not path.exists():
@@ -20,7 +22,10 @@ def load_built_kernels(pack_dir: Path) -> tuple[dict | None, str]:
         rows = read_json(path)
         out = {}
         for r in rows:
-            out[(r["variant"], r["config"], r["dtype"], int(r["head_dim"]))] = r
+            if not isinstance(r, dict):
+                raise TypeError(f"a row that is not an object: {r!r:.40}")
+            k = BuiltKernel.from_json(r)
+            out[k.key()] = k
         return out, ""
     except (ValueError, KeyError, TypeError) as e:
         return None, f"build/kernels.json is unreadable: {e}"
@@ -37,14 +42,16 @@ def split_canaries(rows: list[dict], tool: str) -> tuple[list[dict], list[dict]]
     {name, tool, expected, caught, observed, reason, status, kernels}). `caught`: this gate fired."""
     main, can = [], {}
     for r in rows:
-        if r.get("canary"):
-            can.setdefault(r["variant"], []).append(r)
+        v = StatusRow.from_json(r)
+        if v.canary:
+            can.setdefault(v.variant, []).append(r)
         else:
             main.append(r)
     out = []
     for name, rs in can.items():
-        st = worst(r["status"] for r in rs)
-        bad = [f"{r['arch']}: {r['reason']}" for r in rs if r["status"] != PASS]
+        views = [StatusRow.from_json(r) for r in rs]
+        st = worst(r.status for r in views)
+        bad = [f"{r.arch}: {r.reason}" for r in views if r.status != PASS]
         target = registry.get(name, include_canaries=True).expect_caught_by
         out.append(CanaryRecord(name, st == FAIL, bad[0] if bad else f"{len(rs)} kernel x arch rows pass", tool=tool,
                                 expected=f"caught by {target}, not by {tool}", reason="; ".join(bad), status=st,
@@ -78,8 +85,9 @@ def split_off_target(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     may still be compiled for the extension's other archs as a stub; those rows prove nothing either way."""
     keep, off = [], []
     for r in rows:
-        var = registry_variant(r["variant"]) if r["variant"] else None
-        if var is not None and not var.targets(r["arch"]):
+        v = StatusRow.from_json(r)
+        var = registry_variant(v.variant) if v.variant else None
+        if var is not None and not var.targets(v.arch):
             off.append({**r, "status": SKIPPED,
                         "reason": f"not a target arch of {var.name} (archs {', '.join(var.archs)}): decides nothing"})
         else:
@@ -90,7 +98,7 @@ def split_off_target(rows: list[dict]) -> tuple[list[dict], list[dict]]:
 def summary_counts(rows: list[dict]) -> dict:
     out = {"rows": len(rows)}
     for s in (PASS, FAIL, ERROR, SKIPPED):
-        out[s] = sum(1 for r in rows if r["status"] == s)
+        out[s] = sum(1 for r in rows if StatusRow.from_json(r).status == s)
     return out
 
 

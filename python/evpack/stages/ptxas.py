@@ -13,8 +13,8 @@ compiles nothing. Gates per kernel x arch:
     entry it names, on every arch); one that concerns no kernel of its log is an error;
   - every built kernel has a row for every arch its extension was compiled for (else: error).
 Rows of a variant on an arch outside its registry `archs` (a stub compiled only because the extension
-targets that arch) decide nothing: they go under data["off_target"].
-Canary kernels are in the table, but their results go under data["canaries"], not the status.
+targets that arch) decide nothing: they go under the data's `off_target`.
+Canary kernels are in the table, but their results go under the data's `canaries`, not the status.
 """
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ from pathlib import Path
 from .. import registry
 from ..markdown import code, text  # report_md: every pack value escaped
 from ..parsers import occupancy, ptxas, symbols
+from ..records.build import BuiltKernel
 from ..records.canary import canary_records
-from ..records.ptxas import PtxasRow, rows_of
+from ..records.ptxas import PtxasData, PtxasRow, rows_of
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, worst, write_json
 from .kernel_rows import (
     load_built_kernels,
@@ -67,22 +68,19 @@ def _advisory_reason(a: ptxas.PtxasAdvisory, symbol: str) -> str:
     return f"ptxas {a.code} {what}{whose}: `{a.line}`"
 
 
-def _row(obj: str, k: ptxas.KernelResources, built: dict | None,
+def _row(obj: str, k: ptxas.KernelResources, built: dict[tuple, BuiltKernel] | None,
          advisories: list[ptxas.PtxasAdvisory] = ()) -> dict:
     row = {key: None for key in ROW_KEYS}
-    row.update(k.to_row())
-    row["object"] = obj
-    row["canary"] = False
+    row.update(k.to_row(), object=obj, canary=False)
     reasons: list[str] = []
     status = PASS
     kid = symbols.identify(k.symbol)
     if kid is None:
-        row["status"], row["reason"] = FAIL, f"unknown kernel: {symbols.explain(k.symbol)}"
-        return {key: row[key] for key in ROW_KEYS}
-    row.update(variant=kid.variant, config=kid.config, dtype=kid.dtype, head_dim=kid.head_dim,
-               kind=kid.kind, canary=kid.canary)
+        return _finish(row, FAIL, [f"unknown kernel: {symbols.explain(k.symbol)}"])
     budget = registry.get(kid.variant, include_canaries=True).budget
-    row["budget_spill_bytes"], row["budget_stack_bytes"] = budget.spill_bytes, budget.stack_bytes
+    row.update(variant=kid.variant, config=kid.config, dtype=kid.dtype, head_dim=kid.head_dim,
+               kind=kid.kind, canary=kid.canary, budget_spill_bytes=budget.spill_bytes,
+               budget_stack_bytes=budget.stack_bytes)
     if k.spill_bytes > budget.spill_bytes:
         status = FAIL
         reasons.append(f"spills {k.spill_bytes} B (stores {k.spill_store_bytes} + loads {k.spill_load_bytes})"
@@ -101,7 +99,7 @@ def _row(obj: str, k: ptxas.KernelResources, built: dict | None,
     if lim is None:
         return _finish(row, worst([status, ERROR]),
                        reasons + [f"no shared-memory/occupancy limits for {k.arch} in occupancy.ARCH_LIMITS"])
-    dyn, threads = int(entry.get("dynamic_smem_bytes") or 0), int(entry["threads"])
+    dyn, threads = int(entry.dynamic_smem_bytes or 0), int(entry.threads)
     total = k.static_smem_bytes + dyn
     row.update(dynamic_smem_bytes=dyn, threads=threads, total_smem_bytes=total,
                smem_limit_bytes=lim.smem_per_block_optin)
@@ -121,7 +119,8 @@ def _row(obj: str, k: ptxas.KernelResources, built: dict | None,
 
 
 def _finish(row: dict, status: str, reasons: list[str]) -> dict:
-    row["status"], row["reason"] = status, "; ".join(reasons)
+    """The row in ROW_KEYS order, with its status and the reasons for it."""
+    row.update(status=status, reason="; ".join(reasons))
     return {key: row[key] for key in ROW_KEYS}
 
 
@@ -148,7 +147,7 @@ def evaluate(pack_dir: Path) -> tuple[StageOutcome, list[dict]]:
         try:
             log = ptxas.parse_ptxas_log(path.read_text(encoding="utf-8", errors="replace"))
         except ptxas.PtxasParseError as e:
-            info["error"] = str(e)
+            info.update(error=str(e))
             problems.append(f"{path.name}: {e}")
             log_info.append(info)
             continue
@@ -157,7 +156,7 @@ def evaluate(pack_dir: Path) -> tuple[StageOutcome, list[dict]]:
         if log.command is None:
             problems.append(f"{path.name}: no '# nvcc ...' command line (cannot tell which archs were built)")
         if log.advisories:
-            info["advisories"] = [dataclasses.asdict(a) | {"voids_design": a.voids_design} for a in log.advisories]
+            info.update(advisories=[dataclasses.asdict(a) | {"voids_design": a.voids_design} for a in log.advisories])
         problems += [f"{path.name}: ptxas advisory printed after the last entry concerns no kernel of the log: "
                      f"`{a.line}`" for a in ptxas.unattributed_advisories(log)]
         mod = module_archs.setdefault(f"evpack.{log.extension}" if log.extension else "", [])
@@ -177,7 +176,7 @@ def evaluate(pack_dir: Path) -> tuple[StageOutcome, list[dict]]:
         for key, k in built.items():
             var = registry_variant(key[0])
             # the archs of its extension's logs (logs that name no extension: the archs of those)
-            expected = module_archs.get(k.get("module")) or module_archs.get("") or archs
+            expected = module_archs.get(k.module) or module_archs.get("") or archs
             for a in required_archs(key[0], expected):
                 if (key, a) not in have:
                     problems.append(f"no ptxas report for {key[0]}/{key[1]}/{key[2]}/d{key[3]} on {a}")
@@ -187,11 +186,11 @@ def evaluate(pack_dir: Path) -> tuple[StageOutcome, list[dict]]:
     main, canaries = split_canaries(rows, NAME)
     if not main and not problems:
         problems.append("the ptxas logs report no (non-canary) kernels")
-    status = worst([r["status"] for r in main] + [ERROR] * len(problems) + [FAIL] * len(failures) or [PASS])
+    status = worst([r.status for r in rows_of(main)] + [ERROR] * len(problems) + [FAIL] * len(failures) or [PASS])
     data = {"schema_version": SCHEMA_VERSION, "logs": log_info, "archs": archs, "summary": summary_counts(main),
             "problems": problems + failures, "kernels": main, "canaries": canaries}
     if off_target:
-        data["off_target"] = off_target
+        data.update(off_target=off_target)
     return StageOutcome(status, outcome_reason(status, main, problems + failures, archs), data), rows + off_target
 
 
@@ -242,34 +241,34 @@ def _table(stored: list) -> list[str]:
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
-    d = outcome.data
+    d = PtxasData.from_json(outcome.data)
     lines = [f"### PTXAS resources — {text(outcome.status)}", "", text(outcome.reason), ""]
-    if d.get("logs"):
-        lines.append(f"From the build's own `-Xptxas -v` output: {len(d['logs'])} log(s) in `build/ptxas/`, "
-                     f"archs {text(', '.join(map(str, d.get('archs', []))))}. Budgets are the registry's `Variant.budget` "
+    if d.logs:
+        lines.append(f"From the build's own `-Xptxas -v` output: {len(d.logs)} log(s) in `build/ptxas/`, "
+                     f"archs {text(', '.join(map(str, d.archs or [])))}. Budgets are the registry's `Variant.budget` "
                      "(default 0 B spill, 0 B stack). Occupancy: blocks per SM from registers (256-register "
                      "warp allocation, 4 sub-partitions), shared memory (incl. 1 KB reserved per block, largest "
                      "carveout), threads and the per-SM block limit.")
         lines.append("")
-    for p in d.get("problems", [])[:20]:
+    for p in (d.problems or [])[:20]:
         lines.append(f"- **problem:** {text(p)}")
-    if d.get("problems"):
+    if d.problems:
         lines.append("")
-    if d.get("kernels"):
-        lines += _table(d["kernels"]) + [""]
-    advisories = [(log["object"], a) for log in d.get("logs", []) for a in log.get("advisories", [])]
+    if d.kernels:
+        lines += _table(d.kernels) + [""]
+    advisories = [(log.object, a) for log in d.logs for a in log.advisories]
     if advisories:
         lines += ["ptxas performance advisories (those that void the design fail the kernels they concern):", ""]
-        lines += [f"- {code(obj)} {text(a['arch'])}: {'**voids the design**' if a['voids_design'] else 'note'}: "
-                  f"{code(a['line'])}"
+        lines += [f"- {code(obj)} {text(a.arch)}: {'**voids the design**' if a.voids_design else 'note'}: "
+                  f"{code(a.line)}"
                   for obj, a in advisories] + [""]
-    off_target = rows_of(d.get("off_target"))
+    off_target = rows_of(d.off_target)
     if off_target:
         lines += [f"{len(off_target)} row(s) of variants on archs outside their registry `archs` (stubs "
                   "compiled with the rest of the extension) decide nothing: "
                   + text(", ".join(sorted({r.short for r in off_target}))), ""]
-    if d.get("canaries"):
+    if d.canaries:
         lines.append("Canary kernels (their gates are read by the canary matrix, not this stage's status):")
         lines.append("")
-        lines += _table([r for c in canary_records(d) for r in c.kernels or []]) + [""]
+        lines += _table([r for c in canary_records(outcome.data) for r in c.kernels or []]) + [""]
     return "\n".join(lines)

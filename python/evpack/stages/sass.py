@@ -16,8 +16,8 @@ derive(): re-parses the dumps. Gates per kernel symbol x arch:
   - a `tensor` variant built only for arch-specific targets (registry `archs`, e.g. 90a): on those
     archs the warpgroup opcode of sass.ARCH_SPECIFIC_PROOF (HGMMA on sm_90a), not only HMMA;
   - every built kernel is in the dump on every arch the dump holds that its variant targets, else error.
-Rows of a variant on an arch outside its registry `archs` (stubs) decide nothing (data["off_target"]).
-Canary results go under data["canaries"] (the decoy canary is expected to pass here; canary_fp16_accum,
+Rows of a variant on an arch outside its registry `archs` (stubs) decide nothing (the data's `off_target`).
+Canary results go under the data's `canaries` (the decoy canary is expected to pass here; canary_fp16_accum,
 a tensor kernel with fp16 accumulators, must fail: the canary matrix reads it as this gate's liveness).
 """
 from __future__ import annotations
@@ -31,8 +31,9 @@ from .. import binary, registry, toolcache, tools
 from ..markdown import code, fence, short, text  # report_md: every pack value escaped
 from ..packfs import plain_name, read_stored, write_stored
 from ..parsers import sass, symbols
+from ..records.build import BinaryRecord
 from ..records.canary import canary_records
-from ..records.sass import SassRow, rows_of
+from ..records.sass import SassBinary, SassData, SassHistogram, SassRow, SassRun, rows_of
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
 from .kernel_rows import (
     load_built_kernels,
@@ -55,9 +56,9 @@ def required_files(stage_dir: Path) -> tuple[str, ...]:
     """REQUIRED_FILES, and the stderr file run.json names for a binary whose disassembler printed any: a file
     the record names cannot go missing unnoticed."""
     try:
-        binaries = read_json(stage_dir / "run.json").get("binaries") or []
-        named = tuple(glob.escape(b["stderr"]) for b in binaries  # a literal name, never a pattern
-                      if isinstance(b, dict) and isinstance(b.get("stderr"), str) and plain_name(b["stderr"]))
+        binaries = SassRun.from_json(read_json(stage_dir / "run.json")).binaries
+        named = tuple(glob.escape(b.stderr) for b in binaries  # a literal name, never a pattern
+                      if isinstance(b.stderr, str) and plain_name(b.stderr))
     except (OSError, ValueError, AttributeError, TypeError):
         return REQUIRED_FILES  # an unreadable run.json is named by the derivation
     return REQUIRED_FILES + named
@@ -103,33 +104,36 @@ def _tool_version(exe: str) -> str | None:
 
 def run(ctx: StageContext) -> None:
     build = ctx.pack_dir / "build"
-    record: dict = {"schema_version": SCHEMA_VERSION, "tools": {}, "binaries": [], "problems": []}
+    binaries: list[dict] = []
+    problems: list[str] = []
     cuobjdump, nvdisasm = tools.find_tool("cuobjdump"), tools.find_tool("nvdisasm")
-    record["tools"] = {"cuobjdump": cuobjdump, "nvdisasm": nvdisasm,
-                       "cuobjdump_version": _tool_version(cuobjdump) if cuobjdump else None}
+    record = {"schema_version": SCHEMA_VERSION,
+              "tools": {"cuobjdump": cuobjdump, "nvdisasm": nvdisasm,
+                        "cuobjdump_version": _tool_version(cuobjdump) if cuobjdump else None},
+              "binaries": binaries, "problems": problems}
     if not (build / "binary.json").exists():
-        record["problems"].append("no build/binary.json: nothing to disassemble")
+        problems.append("no build/binary.json: nothing to disassemble")
         write_json(ctx.dir / "run.json", record)
         return
     if cuobjdump is None:
-        record["problems"].append("cuobjdump not found (PATH, CUDA_HOME/bin, pip nvidia-cuda-cuobjdump)")
+        problems.append("cuobjdump not found (PATH, CUDA_HOME/bin, pip nvidia-cuda-cuobjdump)")
     if nvdisasm is None:
-        record["problems"].append("nvdisasm not found (cuobjdump --dump-sass needs it; pip nvidia-cuda-nvdisasm)")
+        problems.append("nvdisasm not found (cuobjdump --dump-sass needs it; pip nvidia-cuda-nvdisasm)")
     for build_name, module_default in BINARIES:
         src = build / build_name
         if not src.exists():
             continue
-        b = read_json(src)
-        module = b.get("module", module_default)
-        path = Path(b["path"])
+        b = BinaryRecord.from_json(read_json(src))
+        module = b.module if "module" in b.raw else module_default
+        path = Path(b.path)
+        sha256 = binary.sha256_file(path) if path.exists() else None
         entry = {"module": module, "path": str(path), "build_json": f"build/{build_name}",
-                 "build_sha256": b.get("sha256"), "sha256": None, "dump": None, "command": None, "rc": None}
-        record["binaries"].append(entry)
-        if not path.exists():
-            record["problems"].append(f"{module}: {path} (from build/{build_name}) does not exist")
+                 "build_sha256": b.sha256, "sha256": sha256, "dump": None, "command": None, "rc": None}
+        binaries.append(entry)
+        if sha256 is None:
+            problems.append(f"{module}: {path} (from build/{build_name}) does not exist")
             continue
-        entry["sha256"] = binary.sha256_file(path)
-        write_json(ctx.dir / build_name, {"module": module, "path": str(path), "sha256": entry["sha256"]})
+        write_json(ctx.dir / build_name, {"module": module, "path": str(path), "sha256": sha256})
         if cuobjdump is None or nvdisasm is None:
             continue
         cmd = [cuobjdump, "--dump-sass", str(path)]
@@ -137,26 +141,26 @@ def run(ctx: StageContext) -> None:
         proc = toolcache.run(cmd, input_path=path, helpers=("nvdisasm",), env=tools.tool_env(), timeout=TIMEOUT_S - 60)
         entry.update(command=" ".join(cmd), rc=proc.returncode, dump=_dump_name(module), dump_bytes=len(proc.stdout))
         if proc.reused:
-            entry["reused"] = proc.reused  # the tool cache entry (key, when it was made)
+            entry.update(reused=proc.reused)  # the tool cache entry (key, when it was made)
         _write_dump(ctx.dir / _dump_name(module), proc.stdout)
         if proc.stderr.strip():
-            entry["stderr"] = f"{module}.stderr.txt"
-            write_text(ctx.dir / entry["stderr"], proc.stderr.decode("utf-8", errors="replace"))
+            stderr = f"{module}.stderr.txt"
+            entry.update(stderr=stderr)
+            write_text(ctx.dir / stderr, proc.stderr.decode("utf-8", errors="replace"))
         after = binary.sha256_file(path)
-        if after != entry["sha256"]:
-            record["problems"].append(f"{module}: {path} changed while it was disassembled "
-                                      f"({entry['sha256']} -> {after})")
+        if after != sha256:
+            problems.append(f"{module}: {path} changed while it was disassembled ({sha256} -> {after})")
     write_json(ctx.dir / "run.json", record)
     # parsed tables for people; derive() re-parses the dumps itself
     outcome, rows, hists = evaluate(ctx.pack_dir, ctx.dir)
-    write_json(ctx.dir / "histogram.json", {"schema_version": SCHEMA_VERSION, "functions": hists})
+    write_json(ctx.dir / "histogram.json", {"schema_version": SCHEMA_VERSION, "functions": [h.to_json() for h in hists]})
     write_json(ctx.dir / "table.json", {"schema_version": SCHEMA_VERSION, "columns": list(ROW_KEYS), "rows": rows})
     import pandas as pd
 
     cols = [k for k in ROW_KEYS if k not in _CSV_DROP]
     write_csv(ctx.dir / "table.csv", pd.DataFrame([{k: r[k] for k in cols} for r in rows], columns=cols))
-    long = [{"module": h["module"], "symbol": h["symbol"], "arch": h["arch"], "opcode": op, "count": n}
-            for h in hists for op, n in sorted(h["histogram"].items())]
+    long = [{"module": h.module, "symbol": h.symbol, "arch": h.arch, "opcode": op, "count": n}
+            for h in hists for op, n in sorted(h.histogram.items())]
     write_stored(ctx.dir / HISTOGRAM_CSV,
                  pd.DataFrame(long, columns=["module", "symbol", "arch", "opcode", "count"]).to_csv(index=False).encode())
 
@@ -171,44 +175,43 @@ def _write_dump(path: Path, data: bytes) -> None:
 def kernel_row(module: str, fn: sass.SassFunction, kid: symbols.KernelId | None, variants=None) -> dict:
     """One table row and its proof-gate status for one function in one arch (pure)."""
     hist = fn.histogram()
-    forms = fn.full_forms()
-    row = {k: None for k in ROW_KEYS}
-    row.update(module=module, arch=fn.arch, symbol=fn.symbol, canary=False, instructions=len(fn.instructions),
-               tensor_math=sum(forms.values()), tensor_forms=dict(sorted(forms.items())),
-               hfma2_mma=fn.count_full("HFMA2.MMA"),
-               first_tensor_lines=[{"address": f"{i.address:04x}", "text": i.text} for i in fn.first()])
-    for op in sass.TABLE_OPCODES:
-        row[op.lower()] = hist.get(op, 0)
+    forms = dict(sorted(fn.full_forms().items()))
+    tensor_math, hfma2_mma = sum(forms.values()), fn.count_full("HFMA2.MMA")
+
+    def row(kid: symbols.KernelId | None, status: str, reason: str) -> dict:
+        return {"module": module, "arch": fn.arch, "symbol": fn.symbol, "variant": kid and kid.variant,
+                "config": kid and kid.config, "dtype": kid and kid.dtype, "head_dim": kid and kid.head_dim,
+                "kind": kid and kid.kind, "canary": kid.canary if kid else False, "instructions": len(fn.instructions),
+                "tensor_math": tensor_math, "tensor_forms": forms,
+                **{op.lower(): hist.get(op, 0) for op in sass.TABLE_OPCODES}, "hfma2_mma": hfma2_mma,
+                "first_tensor_lines": [{"address": f"{i.address:04x}", "text": i.text} for i in fn.first()],
+                "status": status, "reason": reason}
+
     if kid is None:
-        row["status"], row["reason"] = FAIL, f"unknown kernel: {symbols.explain(fn.symbol, variants)}"
-        return row
-    row.update(variant=kid.variant, config=kid.config, dtype=kid.dtype, head_dim=kid.head_dim, kind=kid.kind,
-               canary=kid.canary)
+        return row(None, FAIL, f"unknown kernel: {symbols.explain(fn.symbol, variants)}")
     reasons = []
     if kid.kind == "tensor":
         proof = sum(hist.get(op, 0) for op in sass.PROOF_OPCODES)
         if proof == 0:
             reasons.append(f"tensor variant without {'/'.join(sass.PROOF_OPCODES)}"
-                           f" (tensor-core math: {row['tensor_math']}, HFMA2.MMA: {row['hfma2_mma']})")
+                           f" (tensor-core math: {tensor_math}, HFMA2.MMA: {hfma2_mma})")
         var = next((v for v in (variants or registry.variants(include_canaries=True)) if v.name == kid.variant), None)
         need = sass.ARCH_SPECIFIC_PROOF.get(fn.arch, ()) if var is not None and var.archs else ()
         if proof and need and not any(hist.get(op, 0) for op in need):
             reasons.append(f"{kid.variant} is built for {', '.join(var.archs)} only: no {'/'.join(need)} on {fn.arch}"
-                           f" (HMMA x{hist.get('HMMA', 0)}, HGMMA x{hist.get('HGMMA', 0)})")
+                           f" ({', '.join(f'{op} x{hist.get(op, 0)}' for op in sass.PROOF_OPCODES)})")
         local = {op: hist.get(op, 0) for op in sass.LOCAL_MEMORY_OPCODES if hist.get(op, 0)}
         if local:
             reasons.append("local-memory traffic: " + ", ".join(f"{op} x{n}" for op, n in local.items()))
         if low := low_precision_accumulation(fn):
             reasons.append(low)
     elif kid.kind == "scalar":
-        if row["tensor_math"]:
+        if tensor_math:
             reasons.append("scalar variant with tensor-core math: "
-                           + ", ".join(f"{op} x{n}" for op, n in row["tensor_forms"].items()))
+                           + ", ".join(f"{op} x{n}" for op, n in forms.items()))
     else:
         reasons.append(f"registry kind {kid.kind!r} has no SASS rule")
-    row["status"] = FAIL if reasons else PASS
-    row["reason"] = "; ".join(reasons)
-    return row
+    return row(kid, FAIL if reasons else PASS, "; ".join(reasons))
 
 
 def low_precision_accumulation(fn: sass.SassFunction) -> str:
@@ -226,16 +229,15 @@ def low_precision_accumulation(fn: sass.SassFunction) -> str:
             + f" in {fn.symbol} (first /*{first.address:04x}*/ {first.text})")
 
 
-def _histogram(module: str, fn: sass.SassFunction) -> dict:
+def _histogram(module: str, fn: sass.SassFunction) -> SassHistogram:
     forms = fn.full_forms(sass.TENSOR_MATH_OPCODES)
     for full in sass.TABLE_FULL_FORMS:
         if n := fn.count_full(full):
             forms[full] = n
-    return {"module": module, "symbol": fn.symbol, "arch": fn.arch,
-            "histogram": dict(sorted(fn.histogram().items())), "full_forms": dict(sorted(forms.items()))}
+    return SassHistogram(module, fn.symbol, fn.arch, dict(sorted(fn.histogram().items())), dict(sorted(forms.items())))
 
 
-def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict], list[dict]]:
+def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict], list[SassHistogram]]:
     """(outcome, every row incl. canaries, histograms). Reads only files inside the pack."""
     data: dict = {"schema_version": SCHEMA_VERSION}
     if not (pack_dir / "build" / "binary.json").exists():
@@ -243,39 +245,40 @@ def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict],
     run_json = stage_dir / "run.json"
     if not run_json.exists():
         return StageOutcome(ERROR, "the SASS stage recorded no run (sass/run.json missing)", data), [], []
-    rec = read_json(run_json)
-    problems: list[str] = list(rec.get("problems", []))
+    run = SassRun.from_json(read_json(run_json))
+    problems: list[str] = list(run.problems if "problems" in run.raw else [])
     failures: list[str] = []
     bins = []
+    dumped = set()  # the modules whose binary was hashed
     rows: list[dict] = []
-    hists: list[dict] = []
+    hists: list[SassHistogram] = []
     archs: list[str] = []
     for build_name, _ in BINARIES:
         src = pack_dir / "build" / build_name
         if not src.exists():
             continue
-        b = read_json(src)
-        module = b.get("module")
+        b = BinaryRecord.from_json(read_json(src))
+        module = b.module
         mine_path = stage_dir / build_name
-        entry = next((e for e in rec.get("binaries", []) if e.get("build_json") == f"build/{build_name}"), {})
-        info = {"module": module, "path": b.get("path"), "build_sha256": b.get("sha256"), "sha256": None,
-                "dump": entry.get("dump"), "dump_bytes": entry.get("dump_bytes"), "command": entry.get("command")}
-        bins.append(info)
-        if not mine_path.exists():
+        mine = BinaryRecord.from_json(read_json(mine_path)) if mine_path.exists() else None
+        entry = next((e for e in run.binaries if e.build_json == f"build/{build_name}"), SassBinary.from_json({}))
+        bins.append({"module": module, "path": b.path, "build_sha256": b.sha256, "sha256": mine and mine.sha256,
+                     "dump": entry.dump, "dump_bytes": entry.dump_bytes, "command": entry.command})
+        if mine is None:
             problems.append(f"{module}: no sass/{build_name} (the binary was not hashed)")
             continue
-        mine = read_json(mine_path)
-        info["sha256"] = mine.get("sha256")
-        if mine.get("sha256") != b.get("sha256"):
-            failures.append(f"{module}: binary mismatch: build recorded sha256 {b.get('sha256')}, "
-                            f"disassembled {mine.get('sha256')} ({mine.get('path')})")
-        dump_name = entry.get("dump") or _dump_name(module)
+        if mine.sha256:
+            dumped.add(module)
+        if mine.sha256 != b.sha256:
+            failures.append(f"{module}: binary mismatch: build recorded sha256 {b.sha256}, "
+                            f"disassembled {mine.sha256} ({mine.path})")
+        dump_name = entry.dump or _dump_name(module)
         if not plain_name(dump_name):  # a record names a file inside sass/, never a path out of the pack
             problems.append(f"{module}: dump {dump_name!r} is not a file name inside sass/")
             continue
         dump = stage_dir / dump_name
-        if entry.get("rc") not in (0, None) or not dump.exists():
-            problems.append(f"{module}: cuobjdump did not produce a dump (rc {entry.get('rc')})")
+        if entry.rc not in (0, None) or not dump.exists():
+            problems.append(f"{module}: cuobjdump did not produce a dump (rc {entry.rc})")
             continue
         try:
             fns = sass.parse_sass(read_dump(dump))
@@ -306,9 +309,8 @@ def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict],
         mod_archs: dict[str, set] = {}
         for r in rows_of(rows + off_target):
             mod_archs.setdefault(r.module, set()).add(r.arch)
-        dumped = {i["module"] for i in bins if i["sha256"]}
         for key, k in built.items():
-            module = k.get("module", "evpack._C")
+            module = k.extension
             if module not in dumped:
                 problems.append(f"{key[0]}/{key[1]}/{key[2]}/d{key[3]}: module {module} was not disassembled")
                 continue
@@ -323,13 +325,15 @@ def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict],
     main, canaries = split_canaries(rows, NAME)
     if not main and not problems:
         problems.append("no (non-canary) kernels in the SASS")
-    status = worst([r["status"] for r in main] + [ERROR] * len(problems) + [FAIL] * len(failures) or [PASS])
+    main_rows = rows_of(main)
+    status = worst([r.status for r in main_rows] + [ERROR] * len(problems) + [FAIL] * len(failures) or [PASS])
     report_arch = REPORT_ARCH if REPORT_ARCH in archs else (max(archs, key=_arch_num) if archs else None)
-    data.update(binaries=bins, tools=rec.get("tools", {}), archs=archs, report_arch=report_arch,
-                summary=summary_counts(main), problems=failures + problems, kernels=main, canaries=canaries)
+    data.update(binaries=bins, tools={} if "tools" not in run.raw else run.tools, archs=archs,
+                report_arch=report_arch, summary=summary_counts(main), problems=failures + problems, kernels=main,
+                canaries=canaries)
     if off_target:
-        data["off_target"] = off_target
-    return StageOutcome(status, _reason(status, rows_of(main), failures, problems, archs), data), rows + off_target, hists
+        data.update(off_target=off_target)
+    return StageOutcome(status, _reason(status, main_rows, failures, problems, archs), data), rows + off_target, hists
 
 
 def _arch_num(arch: str) -> int:
@@ -387,17 +391,17 @@ def _first_lines(rows: list[SassRow], arch: str) -> list[str]:
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
-    d = outcome.data
+    d = SassData.from_json(outcome.data)
     lines = [f"### SASS tensor-core proof — {text(outcome.status)}", "", text(outcome.reason), ""]
-    for b in d.get("binaries", []):
-        lines.append(f"- {code(b['module'])}: {code(b['path'])} sha256 {code(b['sha256'])} "
-                     f"(build recorded {code(b['build_sha256'])}), dump {code('sass/' + str(b['dump']))} "
-                     f"({text(b['dump_bytes'])} B)")
-    for p in d.get("problems", [])[:20]:
+    for b in d.binaries:
+        lines.append(f"- {code(b.module)}: {code(b.path)} sha256 {code(b.sha256)} "
+                     f"(build recorded {code(b.build_sha256)}), dump {code('sass/' + str(b.dump))} "
+                     f"({text(b.dump_bytes)} B)")
+    for p in (d.problems if "problems" in d.raw else [])[:20]:
         lines.append(f"- **problem:** {text(p)}")
     lines.append("")
-    arch = d.get("report_arch")
-    rows = rows_of(d.get("kernels", [])) + rows_of([r for c in canary_records(d) for r in c.kernels or []])
+    arch = d.report_arch
+    rows = rows_of(d.kernels) + rows_of([r for c in canary_records(outcome.data) for r in c.kernels or []])
     if arch:
         lines += [f"Opcode counts on {text(arch)} (exact mnemonics; HFMA2.MMA is CUDA-core code, not tensor math). "
                   "Other archs: `sass/table.csv`.", ""]
@@ -412,7 +416,7 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
         for a in others:
             rs = [r for r in rows if r.arch == a and not r.canary]
             lines.append(f"- {text(a)}: {sum(r.status == PASS for r in rs)}/{len(rs)} kernel rows pass")
-    off_target = rows_of(d.get("off_target"))
+    off_target = rows_of(d.off_target)
     if off_target:
         lines.append(f"- {len(off_target)} row(s) of variants on archs outside their registry `archs` (stubs) "
                      "decide nothing: " + text(", ".join(sorted({r.short for r in off_target}))))
