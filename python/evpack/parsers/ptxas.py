@@ -94,10 +94,35 @@ class KernelResources:
         return self.spill_store_bytes + self.spill_load_bytes
 
     def to_row(self) -> dict:
-        row = asdict(self)
-        row["cmem_bytes"] = sum(self.cmem_bytes.values())
-        row["cmem_banks"] = ";".join(f"{b}:{n}" for b, n in sorted(self.cmem_bytes.items()))
-        return row
+        """The fields as a table row: cmem_bytes the total over the banks, cmem_banks "bank:bytes;..." after them."""
+        return asdict(self) | {"cmem_bytes": sum(self.cmem_bytes.values()),
+                               "cmem_banks": ";".join(f"{b}:{n}" for b, n in sorted(self.cmem_bytes.items()))}
+
+
+@dataclass(frozen=True)
+class UsedItems:
+    """The items after "Used N registers," in one register report (None: not printed)."""
+
+    cmem: dict[int, int]  # bank -> bytes
+    unknown: tuple[str, ...]  # items no _USED_ITEMS pattern matches
+    barriers: int | None = None  # printed by CUDA 13 only
+    static_smem_bytes: int = 0  # not printed when 0
+    cumulative_stack_bytes: int | None = None
+    textures: int | None = None
+    samplers: int | None = None
+    surfaces: int | None = None
+
+
+@dataclass
+class _Entry:
+    """An entry function's report on one arch while the log is read: who it is, then its register report."""
+
+    symbol: str
+    arch: str
+    gmem_bytes: int | None
+    max_registers: int | None
+    registers: int | None = None
+    used: UsedItems | None = None
 
 
 @dataclass(frozen=True)
@@ -145,8 +170,10 @@ def archs_in_command(command: str) -> tuple[str, ...]:
     return tuple(archs)
 
 
-def _parse_used(rest: str) -> dict:
-    out: dict = {"cmem": {}, "unknown": []}
+def _parse_used(rest: str) -> UsedItems:
+    cmem: dict[int, int] = {}
+    unknown: list[str] = []
+    counts: dict[str, int] = {}  # _USED_ITEMS key (a UsedItems field) -> the number printed
     for item in (s.strip() for s in rest.split(",")):
         if not item:
             continue
@@ -154,13 +181,13 @@ def _parse_used(rest: str) -> dict:
             m = rx.match(item)
             if m:
                 if key == "cmem":
-                    out["cmem"][int(m.group(2))] = out["cmem"].get(int(m.group(2)), 0) + int(m.group(1))
+                    cmem[int(m.group(2))] = cmem.get(int(m.group(2)), 0) + int(m.group(1))
                 else:
-                    out[key] = int(m.group(1))
+                    counts[key] = int(m.group(1))
                 break
         else:
-            out["unknown"].append(item)
-    return out
+            unknown.append(item)
+    return UsedItems(cmem, tuple(unknown), **counts)
 
 
 def parse_ptxas(text: str) -> list[KernelResources]:
@@ -172,7 +199,7 @@ def parse_ptxas_log(text: str) -> PtxasLog:
     commands: list[str] = []
     diagnostics: list[str] = []
     # (name, arch) -> partial record, in first-seen order
-    entries: dict[tuple[str, str], dict] = {}
+    entries: dict[tuple[str, str], _Entry] = {}
     props: dict[tuple[str, str], tuple[int, int, int]] = {}
     pending_maxreg: dict[str, int] = {}
     advisories: list[PtxasAdvisory] = []
@@ -209,8 +236,7 @@ def parse_ptxas_log(text: str) -> PtxasLog:
             current = (m["name"], arch)
             if current in entries:
                 raise PtxasParseError(f"ptxas: entry {m['name']} reported twice for {arch}")
-            entries[current] = {"symbol": m["name"], "arch": arch, "gmem_bytes": gmem,
-                                "max_registers": pending_maxreg.pop(m["name"], None)}
+            entries[current] = _Entry(m["name"], arch, gmem, pending_maxreg.pop(m["name"], None))
             props_for = None
             continue
         if m := _RE_PROPS.match(line):
@@ -228,29 +254,28 @@ def parse_ptxas_log(text: str) -> PtxasLog:
             if current is None:
                 continue  # a register report that belongs to no entry (not printed by ptxas 12/13)
             rec = entries[current]
-            if "registers" in rec:
+            if rec.registers is not None:
                 raise PtxasParseError(f"ptxas: two register reports for {current[0]} on {current[1]}")
-            used = _parse_used(m["rest"])
-            rec["registers"] = int(m["regs"])
-            rec["used"] = used
+            rec.used = _parse_used(m["rest"])
+            rec.registers = int(m["regs"])
             continue
         # other lines (Compile time = ..., nvcc notes) carry nothing we need
     kernels = []
     for key, rec in entries.items():
-        if "registers" not in rec:
+        used = rec.used
+        if rec.registers is None or used is None:
             raise PtxasParseError(f"ptxas: no 'Used N registers' line for {key[0]} on {key[1]}")
         if key not in props:
             raise PtxasParseError(f"ptxas: no stack frame / spill line for {key[0]} on {key[1]}")
         stack, stores, loads = props[key]
-        used = rec["used"]
         kernels.append(KernelResources(
-            symbol=rec["symbol"], arch=rec["arch"], registers=rec["registers"],
-            static_smem_bytes=used.get("static_smem_bytes", 0), stack_bytes=stack,
+            symbol=rec.symbol, arch=rec.arch, registers=rec.registers,
+            static_smem_bytes=used.static_smem_bytes, stack_bytes=stack,
             spill_store_bytes=stores, spill_load_bytes=loads,
-            cumulative_stack_bytes=used.get("cumulative_stack_bytes"),
-            barriers=used.get("barriers"), cmem_bytes=dict(used["cmem"]),
-            gmem_bytes=rec["gmem_bytes"], max_registers=rec["max_registers"],
-            report_format="cuda13" if "barriers" in used else "cuda12"))
+            cumulative_stack_bytes=used.cumulative_stack_bytes,
+            barriers=used.barriers, cmem_bytes=dict(used.cmem),
+            gmem_bytes=rec.gmem_bytes, max_registers=rec.max_registers,
+            report_format="cuda13" if used.barriers is not None else "cuda12"))
     advisories += [_advisory(c, ln, None, f) for c, ln, f in pending_adv]
     built: list[str] = []
     for cmd in commands:

@@ -13,8 +13,9 @@ from ..records.kernel_row import StatusRow
 from .base import ERROR, FAIL, PASS, SKIPPED, read_json, worst
 
 
-def load_built_kernels(pack_dir: Path) -> tuple[dict[tuple, BuiltKernel] | None, str]:
-    """build/kernels.json as {(variant, config, dtype, head_dim): row}; (None, why) when unusable."""
+def load_built_kernels(pack_dir: Path) -> tuple[dict | None, str]:
+    """build/kernels.json as {(variant, config, dtype, head_dim): row} (BuiltKernel's objects); (None, why) when
+    unusable."""
     path = pack_dir / "build" / "kernels.json"
     if not path.exists():
         return None, "build/kernels.json is missing (the build did not finish)"
@@ -24,8 +25,7 @@ def load_built_kernels(pack_dir: Path) -> tuple[dict[tuple, BuiltKernel] | None,
         for r in rows:
             if not isinstance(r, dict):
                 raise TypeError(f"a row that is not an object: {r!r:.40}")
-            k = BuiltKernel.from_json(r)
-            out[k.key()] = k
+            out[BuiltKernel.from_json(r).key()] = r
         return out, ""
     except (ValueError, KeyError, TypeError) as e:
         return None, f"build/kernels.json is unreadable: {e}"

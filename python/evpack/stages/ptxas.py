@@ -68,7 +68,7 @@ def _advisory_reason(a: ptxas.PtxasAdvisory, symbol: str) -> str:
     return f"ptxas {a.code} {what}{whose}: `{a.line}`"
 
 
-def _row(obj: str, k: ptxas.KernelResources, built: dict[tuple, BuiltKernel] | None,
+def _row(obj: str, k: ptxas.KernelResources, built: dict | None,
          advisories: list[ptxas.PtxasAdvisory] = ()) -> dict:
     row = {key: None for key in ROW_KEYS}
     row.update(k.to_row(), object=obj, canary=False)
@@ -91,7 +91,7 @@ def _row(obj: str, k: ptxas.KernelResources, built: dict[tuple, BuiltKernel] | N
     if advisories:
         status = FAIL
         reasons += [_advisory_reason(a, k.symbol) for a in advisories]
-    entry = (built or {}).get(kid.key)
+    entry = (built or {}).get(kid.key)  # a kernels.json row (BuiltKernel's object)
     lim = occupancy.limits_for(k.arch)
     if entry is None:
         return _finish(row, worst([status, ERROR]),
@@ -99,7 +99,8 @@ def _row(obj: str, k: ptxas.KernelResources, built: dict[tuple, BuiltKernel] | N
     if lim is None:
         return _finish(row, worst([status, ERROR]),
                        reasons + [f"no shared-memory/occupancy limits for {k.arch} in occupancy.ARCH_LIMITS"])
-    dyn, threads = int(entry.dynamic_smem_bytes or 0), int(entry.threads)
+    e = BuiltKernel.from_json(entry)
+    dyn, threads = int(e.dynamic_smem_bytes or 0), int(e.threads)
     total = k.static_smem_bytes + dyn
     row.update(dynamic_smem_bytes=dyn, threads=threads, total_smem_bytes=total,
                smem_limit_bytes=lim.smem_per_block_optin)
@@ -176,7 +177,7 @@ def evaluate(pack_dir: Path) -> tuple[StageOutcome, list[dict]]:
         for key, k in built.items():
             var = registry_variant(key[0])
             # the archs of its extension's logs (logs that name no extension: the archs of those)
-            expected = module_archs.get(k.module) or module_archs.get("") or archs
+            expected = module_archs.get(BuiltKernel.from_json(k).module) or module_archs.get("") or archs
             for a in required_archs(key[0], expected):
                 if (key, a) not in have:
                     problems.append(f"no ptxas report for {key[0]}/{key[1]}/{key[2]}/d{key[3]} on {a}")

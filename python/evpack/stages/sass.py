@@ -31,7 +31,7 @@ from .. import binary, registry, toolcache, tools
 from ..markdown import code, fence, short, text  # report_md: every pack value escaped
 from ..packfs import plain_name, read_stored, write_stored
 from ..parsers import sass, symbols
-from ..records.build import BinaryRecord
+from ..records.build import BinaryRecord, BuiltKernel
 from ..records.canary import canary_records
 from ..records.sass import SassBinary, SassData, SassHistogram, SassRow, SassRun, rows_of
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
@@ -310,7 +310,7 @@ def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict],
         for r in rows_of(rows + off_target):
             mod_archs.setdefault(r.module, set()).add(r.arch)
         for key, k in built.items():
-            module = k.extension
+            module = BuiltKernel.from_json(k).extension
             if module not in dumped:
                 problems.append(f"{key[0]}/{key[1]}/{key[2]}/d{key[3]}: module {module} was not disassembled")
                 continue

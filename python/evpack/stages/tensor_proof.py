@@ -18,6 +18,7 @@ from ..parsers.ncu import COVERAGE_MIN, METRICS, parse_ncu_csv, required_flops, 
 from ..parsers.symbols import describe, parse_symbol
 from ..records.canary import OBSERVED_FIRST, CanaryRecord
 from ..records.schema import SCHEMAS
+from ..records.tensor_proof import CallRow, NcuCall, NcuManifest, TensorProofData, call_rows
 from ..tools import find_tool
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .canaries import pack_schema
@@ -57,6 +58,9 @@ def run(ctx: StageContext) -> None:
 _CONFIG_NAME = re.compile(r"m(\d+)n(\d+)w\d+s\d+")
 _CALL_FIELDS = ("variant", "kind", "config", "dtype", "B", "H", "S", "D", "causal", "required_flops",
                 "tile_padded_flops")
+# the fields of a call's row the outcome's data keeps (data -> calls), in order
+TABLE_FIELDS = ("variant", "kind", "config", "dtype", "D", "causal", "required_flops", "executed_tensor_flops",
+                "coverage", "padding_overhead", "tensor_math_inst", "passed")
 
 
 def _call_problem(name: str, call: dict, shape: tuple[int, int, int]) -> str | None:
@@ -86,56 +90,58 @@ def _call_problem(name: str, call: dict, shape: tuple[int, int, int]) -> str | N
 
 
 def _rows(stage_dir: Path, name: str) -> tuple[str | None, list[dict]]:
+    """(what is wrong with the target's run, None when nothing; the row of every call: CallRow's objects)."""
     problem = proc_problem(stage_dir, name)
     if problem:
         return problem, []
     try:
-        manifest = read_json(stage_dir / f"{name}.manifest.json")
-        calls = manifest["calls"]
+        manifest = NcuManifest.from_json(read_json(stage_dir / f"{name}.manifest.json"))
+        if "calls" not in manifest.raw:
+            raise KeyError("calls")
+        calls = manifest.calls
         shape = SCHEMAS[pack_schema(stage_dir.parent)].tensor_proof_shape
         wrong = [p for p in (_call_problem(name, c, shape) if isinstance(c, dict) else f"{name}: a call that is not "
                              f"an object" for c in calls) if p]
         if wrong:
             return "; ".join(wrong[:3]) + (f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else ""), []
         kernels = parse_ncu_csv((stage_dir / f"{name}.log").read_text(encoding="utf-8", errors="replace"))
-        if manifest.get("marker"):
-            return _rows_by_marker(name, calls, split_at_markers(kernels, manifest["marker"]))
+        if manifest.marker:
+            return _rows_by_marker(name, calls, split_at_markers(kernels, manifest.marker))
     except (FileNotFoundError, ValueError, KeyError, TypeError) as exc:
         return f"{name}: unreadable ncu output or manifest ({exc})", []
     if len(kernels) != len(calls):
         return f"{name}: ncu profiled {len(kernels)} launches but the target made {len(calls)} calls", []
     rows = []
     for call, km in zip(calls, kernels, strict=True):
-        if f"cfg_{call['config']}" not in km.kernel or call["variant"] not in km.kernel:
-            return f"{name}: launch {km.launch_id} is {km.kernel[:80]}, expected {call['variant']}/{call['config']}", []
+        c = NcuCall.from_json(call)
+        if f"cfg_{c.config}" not in km.kernel or c.variant not in km.kernel:
+            return f"{name}: launch {km.launch_id} is {km.kernel[:80]}, expected {c.variant}/{c.config}", []
         rows.append(_row(call, [km], []))
     return None, rows
 
 
 def _row(call: dict, ours: list, foreign: list) -> dict:
     """One call's row from its own kernels (and the foreign ones, which fail it and count for nothing)."""
+    c = NcuCall.from_json(call)
     flops = sum(km.tensor_flops for km in ours)
     math_inst = sum(km.tensor_math_inst for km in ours)
+    coverage = flops / c.required_flops
     row = {**call, "kernel": ours[0].kernel if ours else None, "executed_tensor_flops": flops,
-           "coverage": flops / call["required_flops"],
-           "padding_overhead": call["tile_padded_flops"] / call["required_flops"] - 1.0,
+           "coverage": coverage, "padding_overhead": c.tile_padded_flops / c.required_flops - 1.0,
            "tensor_math_inst": math_inst, "metrics": ours[0].values if len(ours) == 1 else [k.values for k in ours]}
     if foreign:
-        row["foreign_kernels"] = [km.kernel[:160] for km in foreign]
-        row["foreign_tensor_flops"] = sum(km.tensor_flops for km in foreign)
-    if call["kind"] == "tensor":
-        row["passed"] = row["coverage"] >= COVERAGE_MIN
-    else:
-        row["passed"] = flops == 0 and math_inst == 0
-    row["passed"] = row["passed"] and bool(ours) and not foreign
+        row.update(foreign_kernels=[km.kernel[:160] for km in foreign],
+                   foreign_tensor_flops=sum(km.tensor_flops for km in foreign))
+    passed = coverage >= COVERAGE_MIN if c.kind == "tensor" else flops == 0 and math_inst == 0
+    row.update(passed=passed and bool(ours) and not foreign)
     return row
 
 
-def _is_own(kernel: str, call: dict) -> bool:
+def _is_own(kernel: str, call: NcuCall) -> bool:
     """Whether a profiled kernel is this call's own kernel (registry symbol scheme, exact config/dtype/D)."""
     p = parse_symbol(kernel)
-    return p is not None and (p.variant, p.config, p.dtype, p.head_dim) == (
-        call["variant"], call["config"], call["dtype"], call["D"])
+    return p is not None and (p.variant, p.config, p.dtype, p.head_dim) == (call.variant, call.config, call.dtype,
+                                                                             call.D)
 
 
 def _rows_by_marker(name: str, calls: list[dict], groups: list[list]) -> tuple[str | None, list[dict]]:
@@ -143,8 +149,9 @@ def _rows_by_marker(name: str, calls: list[dict], groups: list[list]) -> tuple[s
         return f"{name}: the profiled range holds {len(groups)} markers but the target made {len(calls)} calls", []
     rows = []
     for call, group in zip(calls, groups, strict=True):
-        ours = [km for km in group if _is_own(km.kernel, call)]
-        rows.append(_row(call, ours, [km for km in group if not _is_own(km.kernel, call)]))
+        c = NcuCall.from_json(call)
+        ours = [km for km in group if _is_own(km.kernel, c)]
+        rows.append(_row(call, ours, [km for km in group if not _is_own(km.kernel, c)]))
     return None, rows
 
 
@@ -161,23 +168,21 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
             statuses.append(ERROR)
             reasons.append(problem)
             continue
-        bad = [r for r in rows if not r["passed"]]
+        bad = [r for r in call_rows(rows) if not r.passed]
         statuses.append(FAIL if bad else PASS)
         if bad:
             r = bad[0]
-            reasons.append(f"{name}/{r['config']} {r['dtype']} D={r['D']} causal={r['causal']}: tensor FLOPs cover "
-                           f"{r['coverage']:.1%} of {r['required_flops']:.3g}" + _foreign_note(r))
-        table += [{k: r[k] for k in ("variant", "kind", "config", "dtype", "D", "causal", "required_flops",
-                                     "executed_tensor_flops", "coverage", "padding_overhead",
-                                     "tensor_math_inst", "passed")} for r in rows]
+            reasons.append(f"{name}/{r.config} {r.dtype} D={r.D} causal={r.causal}: tensor FLOPs cover "
+                           f"{r.coverage:.1%} of {r.required_flops:.3g}" + _foreign_note(r))
+        table += [{k: r[k] for k in TABLE_FIELDS} for r in rows]
     canaries = [_decoy_canary(stage_dir, CANARY)]
     canaries += [_decoy_canary(stage_dir, name) for name in LANGUAGE_DECOYS if name in procs]
     if FOREIGN_CANARY in procs:
         canaries.append(_foreign_canary(stage_dir))
     status = worst(statuses)
-    tensor = [r for r in table if r["kind"] == "tensor"]
+    tensor = [r for r in call_rows(table) if r.kind == "tensor"]
     reason = "; ".join(reasons) or (
-        f"{len(tensor)} tensor-kernel calls cover >= {min(r['coverage'] for r in tensor):.1%} of their matrix FLOPs; "
+        f"{len(tensor)} tensor-kernel calls cover >= {min(r.coverage for r in tensor):.1%} of their matrix FLOPs; "
         f"{len(table) - len(tensor)} scalar calls execute 0 tensor FLOPs" if tensor else "no tensor kernel profiled")
     if not tensor and status == PASS:
         status = ERROR
@@ -186,19 +191,20 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
 
 def _decoy_canary(stage_dir: Path, name: str) -> dict:
     """A decoy (HMMA/HGMMA in its SASS, the math on CUDA cores) is caught when every call covers < COVERAGE_MIN."""
-    problem, crows = _rows(stage_dir, name)
-    worst_cov = max((r["coverage"] for r in crows), default=None)
+    problem, rows = _rows(stage_dir, name)
+    crows = call_rows(rows)
+    worst_cov = max((r.coverage for r in crows), default=None)
     why = "decoy HMMA executed but did not do the work" if name == CANARY else \
         "decoy tensor instructions executed but did not do the work"
-    return CanaryRecord(name, problem is None and bool(crows) and all(r["coverage"] < COVERAGE_MIN for r in crows),
+    return CanaryRecord(name, problem is None and bool(crows) and all(r.coverage < COVERAGE_MIN for r in crows),
                         problem or f"max coverage {worst_cov:.2%}", expected=f"coverage < {COVERAGE_MIN:.0%}",
                         reason=problem or why, layout=OBSERVED_FIRST).to_json()
 
 
-def _foreign_note(row: dict) -> str:
+def _foreign_note(row: CallRow) -> str:
     """Which kernels other than the call's own ran: another registered variant's (or config's) kernel is named
     by its variant; a library or torch kernel is 'not from the extension'."""
-    foreign = row.get("foreign_kernels")
+    foreign = row.foreign_kernels
     if not foreign:
         return ""
     owners = [describe(k) for k in foreign]
@@ -206,7 +212,7 @@ def _foreign_note(row: dict) -> str:
     others = [k for k, o in zip(foreign, owners, strict=True) if o == "not from the extension"]
     notes = []
     if ours:
-        notes.append(f"kernels of {', '.join(ours)} ran during the call of {row['variant']}/{row['config']}, "
+        notes.append(f"kernels of {', '.join(ours)} ran during the call of {row.variant}/{row.config}, "
                      f"not its own")
     if others:
         notes.append(f"{len(others)} kernels not from the extension ran during the call (first {others[0][:80]})")
@@ -214,10 +220,11 @@ def _foreign_note(row: dict) -> str:
 
 
 def _foreign_canary(stage_dir: Path) -> dict:
-    problem, rows = _rows(stage_dir, FOREIGN_CANARY)
-    caught = problem is None and bool(rows) and all(r.get("foreign_kernels") and not r["passed"] for r in rows)
-    n = sum(len(r.get("foreign_kernels", [])) for r in rows)
-    cov = sum(r.get("foreign_tensor_flops", 0.0) for r in rows) / max(1.0, sum(r["required_flops"] for r in rows))
+    problem, stored = _rows(stage_dir, FOREIGN_CANARY)
+    rows = call_rows(stored)
+    caught = problem is None and bool(rows) and all(r.foreign_kernels and not r.passed for r in rows)
+    n = sum(len(r.foreign_kernels or []) for r in rows)
+    cov = sum(r.foreign_tensor_flops or 0.0 for r in rows) / max(1.0, sum(r.required_flops for r in rows))
     observed = problem or (f"{n} foreign kernels in {len(rows)} calls (their tensor FLOPs {cov:.0%} of the "
                            f"required, not counted)")
     return CanaryRecord(FOREIGN_CANARY, caught, observed, expected="kernels outside the extension fail the call",
@@ -225,7 +232,7 @@ def _foreign_canary(stage_dir: Path) -> dict:
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
-    calls = outcome.data.get("calls", [])
+    calls = call_rows(TensorProofData.from_json(outcome.data).calls)
     if not calls:
         return ""
     lines = [f"Nsight Compute (`--clock-control none`), canonical call B=2 H=8 S=512 per kernel. Tensor FLOPs = "
@@ -234,10 +241,10 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
              "| variant | config | dtype | D | causal | required FLOPs | executed tensor FLOPs | coverage | "
              "tile padding | pass |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in calls:
-        lines.append(f"| {text(r['variant'])} | {text(r['config'])} | {text(r['dtype'])} | {text(r['D'])} | "
-                     f"{text(r['causal'])} | "
-                     f"{r['required_flops']:.4g} | {r['executed_tensor_flops']:.4g} | {r['coverage']:.1%} | "
-                     f"{r['padding_overhead']:+.1%} | {'yes' if r['passed'] else 'NO'} |")
+        lines.append(f"| {text(r.variant)} | {text(r.config)} | {text(r.dtype)} | {text(r.D)} | "
+                     f"{text(r.causal)} | "
+                     f"{r.required_flops:.4g} | {r.executed_tensor_flops:.4g} | {r.coverage:.1%} | "
+                     f"{r.padding_overhead:+.1%} | {'yes' if r.passed else 'NO'} |")
     return "\n".join(lines)
 
 
