@@ -1,4 +1,5 @@
-"""<stage>/binary.json: which shared object a stage loaded or disassembled (evpack.binary.loaded_binary)."""
+"""<stage>/binary.json (and build/binary_canaries.json): which shared object a build produced, or a stage loaded or
+disassembled (evpack.binary.loaded_binary), and its SHA-256."""
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -27,16 +27,6 @@ class BuildResult(View):
 
 
 @dataclass(frozen=True)
-class BinaryRecord(View):
-    """build/binary.json, build/binary_canaries.json (and sass/'s copies): one shared object and its digest."""
-
-    module: Any = None
-    path: Any = None
-    sha256: Any = None
-    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
 class BuiltKernel(View):
     """A build/kernels.json row: a kernel the extension registered, its launch shape and its extension."""
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from ..binary import find_built, sha256_file
 from ..markdown import code, text  # report_md: every pack value escaped
 from ..model import PackFacts
-from ..records.build import BinaryRecord, BuildData, BuildResult, BuildTools, BuiltKernel, SkippedVariant, ToolInfo
+from ..records.binary import BinaryRecord
+from ..records.build import BuildData, BuildResult, BuildTools, BuiltKernel, SkippedVariant, ToolInfo
 from ..records.view import objects
 from . import build_triton
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, progress, read_json, write_json

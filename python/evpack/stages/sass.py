@@ -31,7 +31,8 @@ from .. import binary, registry, toolcache, tools
 from ..markdown import code, fence, short, text  # report_md: every pack value escaped
 from ..packfs import plain_name, read_stored, write_stored
 from ..parsers import sass, symbols
-from ..records.build import BinaryRecord, BuiltKernel
+from ..records.binary import BinaryRecord
+from ..records.build import BuiltKernel
 from ..records.canary import canary_records
 from ..records.sass import SassBinary, SassData, SassHistogram, SassRow, SassRun, rows_of
 from .base import ERROR, FAIL, PASS, SKIPPED, StageContext, StageOutcome, read_json, worst, write_json, write_text
