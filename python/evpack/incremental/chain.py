@@ -21,7 +21,9 @@ from pathlib import Path
 
 from ..binary import sha256_file
 from ..jsonio import read_json
-from ..records.incremental import CarriedRecord, IncrementalPack, IndexFiles, ProcEntry
+from ..records.incremental import CarriedRecord, IndexFiles
+from ..records.pack import PackJson
+from ..records.procs import ProcRecord
 from ..records.view import obj
 from . import CARRY_STAGES, MAX_CHAIN_DEPTH
 from .cells import carryable_variant, cell_files, cell_variant
@@ -72,8 +74,8 @@ def _key_problems(pack_dir: Path, pj: dict, keys: dict) -> list[str]:
 
 def check_incremental(pack_dir: Path, pj: dict, verify_source: Verifier, *, carried_from: Path | None = None,
                       depth: int = 0) -> list[str]:
-    pack = IncrementalPack.from_json(pj)
-    inc = pack.record
+    pack = PackJson.from_json(pj)
+    inc = pack.incremental_record
     if pack.incremental is None:
         return []
     if not isinstance(pack.incremental, dict) or not inc.well_formed:
@@ -104,7 +106,7 @@ def check_incremental(pack_dir: Path, pj: dict, verify_source: Verifier, *, carr
     return problems
 
 
-def _check_source(pack_dir: Path, pack: IncrementalPack, index: Mapping, source_id, recs: list[CarriedRecord],
+def _check_source(pack_dir: Path, pack: PackJson, index: Mapping, source_id, recs: list[CarriedRecord],
                   verify_source: Verifier, carried_from: Path | None, depth: int) -> list[str]:
     if not isinstance(source_id, str) or not PACK_ID.match(source_id) or source_id == pack.pack_id:
         return [f"incremental: carried cells name the source pack {source_id!r}: not another pack's id"]
@@ -115,7 +117,7 @@ def _check_source(pack_dir: Path, pack: IncrementalPack, index: Mapping, source_
     if src is None:
         return [f"incremental: {len(recs)} carried cells come from pack {source_id}, which is not {where} "
                 "(give its folder with --carried-from DIR)"]
-    want = pack.record.source(source_id).index_sha256
+    want = pack.incremental_record.source(source_id).index_sha256
     try:
         got = sha256_file(src / "index.json")
     except OSError:
@@ -126,9 +128,9 @@ def _check_source(pack_dir: Path, pack: IncrementalPack, index: Mapping, source_
     bad = verify_source(src, depth + 1)
     if bad:
         return [f"incremental: source pack {source_id} does not verify ({len(bad)} mismatch(es), first: {bad[0]})"]
-    skeys = obj(IncrementalPack.from_json(_read(src / "pack.json")).record.keys)
+    skeys = obj(PackJson.from_json(_read(src / "pack.json")).incremental_record.keys)
     sindex = IndexFiles.from_json(_read(src / "index.json")).files
-    own_keys = pack.record.keys or {}
+    own_keys = pack.incremental_record.keys or {}
     problems = []
     procs_cache: dict[tuple[Path, str], dict] = {}
 
@@ -164,7 +166,7 @@ def _check_source(pack_dir: Path, pack: IncrementalPack, index: Mapping, source_
                 problems.append(f"incremental: carried file {rel}: its hash differs from "
                                 f"{'the pack' if index.get(rel) != sha else 'source pack ' + source_id}'s")
         mine, theirs = procs(pack_dir, stage).get(cell), procs(src, stage).get(cell)
-        if not isinstance(mine, dict) or ProcEntry.from_json(mine).carried_from != source_id:
+        if not isinstance(mine, dict) or ProcRecord.from_json(mine).carried_from != source_id:
             problems.append(f"incremental: carried cell {name}: its procs.json entry does not name {source_id}")
         elif not isinstance(theirs, dict) or "carried_from" in theirs or \
                 json.dumps({k2: v for k2, v in mine.items() if k2 != "carried_from"}, sort_keys=True) != \

@@ -23,7 +23,8 @@ from ..packfs import plain_name, read_stored
 from ..parsers.ptxas import PtxasParseError, parse_ptxas
 from ..parsers.sass import SassParseError, parse_sass
 from ..parsers.symbols import parse_symbol
-from ..records.incremental import IncrementalPack, SassRun
+from ..records.pack import PackJson
+from ..records.sass import SassRun
 
 DERIVED_PARTS = ("device", "build", "toolchain", "gpu")
 RECORDED_PARTS = ("source", "check")
@@ -89,8 +90,8 @@ def device_digests(pack_dir: Path) -> dict[str, str]:
 
 def environment_parts(pack_record: dict, env: dict, build_env: dict) -> dict:
     """The build, toolchain and gpu parts from pack.json-shaped facts, env.json and the build's settings."""
-    pack = IncrementalPack.from_json(pack_record)
-    toolchain = {**{f: pack.toolchain.get(f) for f in TOOLCHAIN_FIELDS}, "python": pack.python.version}
+    pack = PackJson.from_json(pack_record)
+    toolchain = {**{f: pack.toolchain_table.get(f) for f in TOOLCHAIN_FIELDS}, "python": pack.python_info.version}
     return {"build": _digest(build_env), "toolchain": toolchain, "gpu": {f: env.get(f) for f in GPU_FIELDS}}
 
 

@@ -16,7 +16,9 @@ from ..binary import sha256_file
 from ..jsonio import read_json
 from ..labels import COMPLETE
 from ..pack import list_packs
-from ..records.incremental import CarriedRecord, IncrementalPack, IndexFiles, ProcEntry
+from ..records.incremental import CarriedRecord, IndexFiles
+from ..records.pack import PackJson
+from ..records.procs import ProcRecord
 from . import MAX_CHAIN_DEPTH
 from .cells import carryable_variant, cell_files, cells_of
 
@@ -52,12 +54,12 @@ class Plan:
         return out
 
 
-def _pack_record(pack: Path) -> IncrementalPack | None:
+def _pack_record(pack: Path) -> PackJson | None:
     try:
         pj = read_json(pack / "pack.json")
     except (OSError, ValueError):
         return None
-    return IncrementalPack.from_json(pj) if isinstance(pj, dict) else None
+    return PackJson.from_json(pj) if isinstance(pj, dict) else None
 
 
 def choose_source(packs_root: Path, exclude: str | None = None) -> Path | None:
@@ -76,8 +78,8 @@ def chain_depth(pack: Path, limit: int = MAX_CHAIN_DEPTH + 1) -> int:
     than `limit`, or when a pack of it cannot be read."""
     if limit < 0:
         return 1
-    pj = _pack_record(pack) or IncrementalPack()
-    inc = pj.record
+    pj = _pack_record(pack) or PackJson()
+    inc = pj.incremental_record
     if not isinstance(pj.incremental, dict) or not inc.carried:
         return 0
     ids = {CarriedRecord.from_json(c).source_pack for c in inc.carried if isinstance(c, dict)}
@@ -87,13 +89,13 @@ def chain_depth(pack: Path, limit: int = MAX_CHAIN_DEPTH + 1) -> int:
 
 
 def _cell_ok(rec) -> bool:
-    entry = ProcEntry.from_json(rec)
+    entry = ProcRecord.from_json(rec)
     return isinstance(rec, dict) and entry.returncode == 0 and not entry.timed_out
 
 
 def make_plan(source: Path, new_keys: dict[str, dict[str, dict]], stages: list[str]) -> Plan:
     """The cells of `stages` to carry from `source` (a complete pack that verified)."""
-    old_keys = (_pack_record(source) or IncrementalPack()).record.keys
+    old_keys = (_pack_record(source) or PackJson()).incremental_record.keys
     if not isinstance(old_keys, dict):
         return Plan(reason=f"the newest complete pack {source.name} records no cell keys (made before incremental "
                            "evidence): every cell runs", source=source)
@@ -112,7 +114,7 @@ def make_plan(source: Path, new_keys: dict[str, dict[str, dict]], stages: list[s
             if not carryable_variant(variant) or keys != (old_keys.get(stage) or {}).get(variant):
                 continue
             cells = cells_of(stage, variant, procs)
-            entries = {c: ProcEntry.from_json(procs[c]) for c in cells}
+            entries = {c: ProcRecord.from_json(procs[c]) for c in cells}
             origins = {entries[c].carried_from or source.name for c in cells if isinstance(procs[c], dict)}
             if not cells or not all(_cell_ok(procs[c]) for c in cells) or len(origins) != 1:
                 continue

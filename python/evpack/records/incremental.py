@@ -54,60 +54,8 @@ class IncrementalRecord(View):
 
 
 @dataclass(frozen=True)
-class PythonInfo(View):
-    """pack.json's `python`: the interpreter that made the pack."""
-
-    executable: Any = None
-    version: Any = None
-    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class IncrementalPack(View):
-    """The pack.json fields incremental evidence reads: the pack's id, label, completeness, record and tools."""
-
-    pack_id: Any = None
-    label: Any = None
-    complete: Any = None
-    incremental: Any = None  # as the file holds it (see `record`)
-    toolchain: Mapping = field(default_factory=dict)  # tool -> version text
-    python: PythonInfo = field(default_factory=PythonInfo)
-    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def record(self) -> IncrementalRecord:
-        return view(IncrementalRecord, self.incremental)
-
-
-@dataclass(frozen=True)
-class ProcEntry(View):
-    """<stage>/procs.json -> <cell>: how the cell's process ended, and the pack it was carried from."""
-
-    returncode: Any = None
-    timed_out: Any = None
-    duration_s: Any = None
-    carried_from: Any = None
-    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
 class IndexFiles(View):
     """index.json: the SHA-256 of every file of the pack."""
 
     files: Mapping = field(default_factory=dict)
-    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class SassBinary(View):
-    """sass/run.json -> binaries[i]: the module and the file its SASS dump was written to."""
-
-    module: Any = None
-    dump: Any = None
-    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class SassRun(View):
-    binaries: tuple[SassBinary, ...] = ()
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..errors import ModelError
+from .incremental import IncrementalRecord
 from .view import View, view
 from .view import obj as _obj
 
@@ -169,6 +170,15 @@ class SigningEntry(View):
 
 
 @dataclass(frozen=True)
+class PythonInfo(View):
+    """pack.json -> python: the interpreter that made the pack."""
+
+    executable: Any = None
+    version: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class PackJson(View):
     """A pack.json object as the file holds it, for readers that have not (or need not) run the reader of its
     schema version (migrations.read_pack -> PackRecord): verify before it knows the schema, the provenance
@@ -187,8 +197,23 @@ class PackJson(View):
     label: Any = None
     labels: Any = None
     timings: Any = None
+    complete: Any = None
     signing: Any = None
+    incremental: Any = None  # as the file holds it (see incremental_record)
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def incremental_record(self) -> IncrementalRecord:
+        return view(IncrementalRecord, self.incremental)
+
+    @property
+    def python_info(self) -> PythonInfo:
+        return view(PythonInfo, self.python)
+
+    @property
+    def toolchain_table(self) -> Mapping:
+        """tool -> version text ({} when the file holds no object)."""
+        return _obj(self.toolchain)
 
     @property
     def stage_table(self) -> Mapping:

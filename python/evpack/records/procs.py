@@ -36,6 +36,7 @@ class ProcRecord(View):
     slot: Any = None
     start_s: Any = None
     end_s: Any = None
+    carried_from: Any = None  # the pack a carried cell came from (incremental evidence)
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
     @property
