@@ -74,9 +74,9 @@ def test_rule_detects_a_real_shift_and_ignores_a_small_one():
 def test_verdict_edges():
     base = [100.0 + 0.1 * (i % 7) for i in range(50)]
     v, why, nums = ab.verdict([t * 1.10 for t in base], base)
-    assert v == ab.SLOWER and nums["ci_lo"] > 1 and nums["ratio"] == pytest.approx(1.10) and "+10.0%" in why
+    assert v == ab.SLOWER and nums.ci_lo > 1 and nums.ratio == pytest.approx(1.10) and "+10.0%" in why
     v, _, nums = ab.verdict([t * 0.90 for t in base], base)
-    assert v == ab.FASTER and nums["ci_hi"] < 1
+    assert v == ab.FASTER and nums.ci_hi < 1
     assert ab.verdict(list(base), base)[0] == ab.SAME
     assert ab.verdict(base[:5], base)[0] == ab.UNSURE  # fewer than min_n
     wide = [50.0, 150.0] * 10  # CI far wider than +-2%
@@ -152,7 +152,7 @@ def _decide(first: dict, second: dict, slow_variant: str | None = None, factor: 
     bases = {ab.base_key(k): b for k, (_, b) in first.items()}
     base_rows = [dict(r, impl=ab.BASE, key=ab.base_key(r["key"])) for r in rows]
     keys = ab.candidates(rows, heads, base_rows, bases)
-    confirm = {"head": {k: second[k][0] for k in keys}, "base": {ab.base_key(k): second[k][1] for k in keys}}
+    confirm = ab.ConfirmSamples(head={k: second[k][0] for k in keys}, base={ab.base_key(k): second[k][1] for k in keys})
     return ab.build_ab(_meta(), rows, heads, base_rows, bases, confirm=confirm)
 
 
@@ -312,8 +312,8 @@ SLOW_KEY = "evpack|mma|slow|" + SHAPE + "|cold"
 def _confirm_of(keys, shift=0.08, seed=6):
     """A confirmation round for `keys`: fresh samples, the head `shift` slower (as in the first round)."""
     rng = random.Random(seed)
-    return {"head": {k: _timings(rng, 100, 60.0, 0.004, shift=shift) for k in keys},
-            "base": {ab.base_key(k): _timings(rng, 100, 60.0, 0.004) for k in keys}}
+    return ab.ConfirmSamples(head={k: _timings(rng, 100, 60.0, 0.004, shift=shift) for k in keys},
+                             base={ab.base_key(k): _timings(rng, 100, 60.0, 0.004) for k in keys})
 
 
 def test_build_ab_joins_rows_and_lists_one_sided_ones():
@@ -330,7 +330,7 @@ def test_build_ab_joins_rows_and_lists_one_sided_ones():
     assert [e["config"] for e in out["new"]] == ["newcfg"] and [e["config"] for e in out["removed"]] == ["gone"]
     assert out["regressions"] == [SLOW_KEY] and out["confirm_keys"] == [SLOW_KEY]
     assert out["counts"] == {"SAME": 1, "FASTER": 0, "SLOWER": 1, "UNSURE": 1}
-    assert out["rule"] == ab.RULE and out["rule_version"] == 2 and out["base_commit"] == "b" * 40
+    assert out["rule"] == ab.RULE.to_json() and out["rule_version"] == 2 and out["base_commit"] == "b" * 40
     json.dumps(out)  # JSON-serialisable as written
     md = to_markdown(ab_section.ab_blocks(out))
     assert md.index("SLOWER") < md.index("UNSURE") and "mma/newcfg" in md and "mma/gone" in md
@@ -348,7 +348,7 @@ def test_a_slower_row_needs_its_confirmation_round():
     e = next(e for e in gone["rows"] if e["config"] == "slow")
     assert e["verdict"] == ab.UNSURE and "not confirmed" in e["reason"] and gone["regressions"] == []
     # a second round that is too short confirms nothing either
-    short = {"head": {SLOW_KEY: [61.0] * 5}, "base": {ab.base_key(SLOW_KEY): [60.0] * 5}}
+    short = ab.ConfirmSamples(head={SLOW_KEY: [61.0] * 5}, base={ab.base_key(SLOW_KEY): [60.0] * 5})
     e = next(e for e in ab.build_ab(_meta(), heads, hs, bases, bs, confirm=short)["rows"] if e["config"] == "slow")
     assert e["verdict"] == ab.UNSURE and "too few samples" in e["reason"]
 
@@ -380,7 +380,8 @@ def test_version_1_rule_is_kept_for_older_ab_json(tmp_path):
     again, problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)
     assert problem == "" and again["regressions"] == [SLOW_KEY] and again["rows"] == old["rows"]
     # a file claiming version 1 with version 2's rule, or an edited rule, is refused
-    for rule_version, rule in ((None, ab.RULE), (2, ab.RULE_V1), (2, dict(ab.RULE, min_effect=0.5)), (7, ab.RULE)):
+    for rule_version, rule in ((None, ab.RULE.to_json()), (2, ab.RULE_V1.to_json()),
+                               (2, dict(ab.RULE.to_json(), min_effect=0.5)), (7, ab.RULE.to_json())):
         bad = dict(old, rule=rule) if rule_version is None else dict(old, rule=rule, rule_version=rule_version)
         (tmp_path / ab.AB_FILE).write_text(json.dumps(bad))
         _, problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)
@@ -429,9 +430,9 @@ def test_build_ab_error_has_no_rows_and_says_why():
 def test_ab_files_round_trip_and_tampering_is_found(tmp_path):
     heads, hs, bases, bs = _standin()
     confirm = _confirm_of([SLOW_KEY])
-    records = [dict(_rec(impl, "mma", "slow"), key=k) for impl, side in (("evpack", "head"), ("base", "base"))
-               for k in confirm[side]]
-    samples = {**confirm["head"], **confirm["base"]}
+    records = [dict(_rec(impl, "mma", "slow"), key=k) for impl, side in (("evpack", confirm.head), ("base", confirm.base))
+               for k in side]
+    samples = {**confirm.head, **confirm.base}
     written = ab_stage.write(tmp_path, _meta(), heads, hs, bases, bs, records, samples)
     assert (tmp_path / ab_stage.CONFIRM_SAMPLES_FILE).is_file() and written["regressions"] == [SLOW_KEY]
     again, problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)

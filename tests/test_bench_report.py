@@ -52,7 +52,7 @@ def _probe_json(ratio: float = 1.0, broken: str | None = None) -> dict:
         r = 0.2 if cfg == broken else ratio
         entries.append({"impl": "evpack", "variant": "wmma", "config": cfg, "fresh_us": fresh.tolist(),
                         "repeat_us": (fresh * r).round(4).tolist(), "error": None})
-    return {"schema": content_probe.SCHEMA, "shape": CANON.key, "rule": dict(content_probe.RULE),
+    return {"schema": content_probe.SCHEMA, "shape": CANON.key, "rule": content_probe.RULE.to_json(),
             "pairs": content_probe.PAIRS, "entries": entries}
 
 
@@ -363,7 +363,7 @@ def test_v2_content_probe_decides_and_must_cover_every_timed_kernel(tmp_path):
     probe["entries"][0] = dict(probe["entries"][0], fresh_us=[], repeat_us=[], error="RuntimeError: boom")
     write_json(d / content_probe.FILE, probe)
     assert "probe did not run" in stage.derive(d, d.parent).reason
-    write_json(d / content_probe.FILE, dict(_probe_json(), rule=dict(content_probe.RULE, max_ratio=0.0)))
+    write_json(d / content_probe.FILE, dict(_probe_json(), rule=dict(content_probe.RULE.to_json(), max_ratio=0.0)))
     out = stage.derive(d, d.parent)  # a probe whose rule lets everything pass is refused
     assert out.status == ERROR
     (d / content_probe.FILE).unlink()

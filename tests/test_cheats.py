@@ -692,7 +692,7 @@ def _canary_rec(name, **kw):
            "stop": "max_samples", "timed_checks": 3, "timed_mismatches": 0, "drain_us_median": 20.0,
            "l2_violations": 0, "l2_error": None, "timed_ref_checks": 2, "timed_ref_failures": 0,
            "timed_ref_worst": 0.4, "content_uniqueness": "per-call", "unique_calls": 40, "recheck_err": 1e-4,
-           "err_bound": 2e-3, "probe_rule": dict(content_probe.RULE),
+           "err_bound": 2e-3, "probe_rule": content_probe.RULE.to_json(),
            "probe": {"impl": "canary", "variant": name, "config": "c", "fresh_us": [900.0] * 12,
                      "repeat_us": [899.0] * 12, "error": None}}
     rec.update(kw)
@@ -740,7 +740,7 @@ def test_content_probe_flags_a_cache_and_never_an_honest_spread():
     assert v["flagged"] and "2.00x as fast" in v["reason"]
     assert content_probe.judge(dict(base, fresh_us=fresh[:5], repeat_us=fresh[:5]))["flagged"] is None
     assert content_probe.judge(dict(base, error="RuntimeError: x", fresh_us=[], repeat_us=[]))["flagged"] is None
-    probe = {"shape": "s", "rule": dict(content_probe.RULE), "entries": [honest, cache | {"config": "d"}]}
+    probe = {"shape": "s", "rule": content_probe.RULE.to_json(), "entries": [honest, cache | {"config": "d"}]}
     assert content_probe.flags(probe) == {("mma", "d"): content_probe.judge(cache | {"shape": "s"})["reason"]}
     assert content_probe.problems(probe) == []
     assert content_probe.problems(dict(probe, rule={"name": "lenient", "max_ratio": 0.0})) != []

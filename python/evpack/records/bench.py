@@ -1,4 +1,4 @@
-"""bench/summary.json, bench/ab.json, the bench run.json and clocks.json as typed, read-only views
+"""bench/summary.json, bench/ab.json, the bench run.json, clocks.json and content_probe.json as typed, read-only views
 (records/view.py): what the readers (the reports, the decision, `compare`) see of a benchmark. The writers
 (timing/summary.py, timing/ab.py) make the JSON and derive() compares it as written; these views never write.
 """
@@ -42,6 +42,17 @@ class BenchRow(View):
     kernels: Any = None  # the SDPA kernels the profiler saw
     capture_ms: Any = None
     calls_per_sample: Any = None
+    timed_content_unique: Any = None  # the timing-integrity record of a row of ours (timing/integrity.py)
+    unique_calls: Any = None
+    content_uniqueness: Any = None
+    timed_ref_failures: Any = None
+    timed_ref_checks: Any = None
+    timed_ref_worst: Any = None
+    drain_us_median: Any = None
+    l2_error: Any = None
+    l2_violations: Any = None
+    timed_mismatches: Any = None
+    timed_checks: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
     def speedup(self, backend: str) -> Any:
@@ -173,6 +184,11 @@ class AbRecord(View):
     removed: tuple[AbRow, ...] = ()
     counts: Any = None
     confirm_keys: Any = None
+    regressions: Any = None
+    rule_version: Any = None
+    base_build: Any = None
+    base_records: Any = None
+    confirm_records: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -230,6 +246,10 @@ class BenchRun(View):
     cost_per_hour: Any = None
     previous_pack_id: Any = None
     shards: tuple[Shard, ...] = ()
+    suite: Any = None
+    canonical: Any = None  # the suite's canonical shape and primary mode (newer packs)
+    primary_mode: Any = None
+    baseline_commit: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -238,6 +258,8 @@ class ClockReading(View):
     sm_mhz: Any = None
     max_sm_mhz: Any = None
     source: Any = None
+    reasons_mask: Any = None  # NVML's clock-event reasons bit mask
+    error: Any = None  # why neither source could be read (source "none")
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -251,3 +273,31 @@ class Clocks(View):
     reason: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
+
+
+# --- content_probe.json --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProbeEntry(View):
+    """One kernel's probe: the fresh-content and repeated-content call times (or the error that stopped it)."""
+
+    impl: Any = None
+    variant: Any = None
+    config: Any = None
+    fresh_us: Any = None
+    repeat_us: Any = None
+    error: Any = None
+    shape: Any = None  # the probe's shape, when a reader adds it to the entry
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ContentProbe(View):
+    """content_probe.json (timing/content_probe.py): the rule, the shape and every kernel's entry."""
+
+    schema: Any = None
+    shape: Any = None
+    rule: Any = None
+    pairs: Any = None
+    entries: tuple[ProbeEntry, ...] = ()
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)

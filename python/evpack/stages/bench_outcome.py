@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..records.bench import AbRecord, BenchRun, BenchSummary
 from ..timing import ab
 from ..timing import summary as sm
 from ..timing.ab_stage import outcome_data
@@ -22,13 +23,14 @@ SUITE_HEADLINE_BEFORE_RUN_JSON = {
 def meta_problem(written: dict, run_info: dict) -> str:
     """Why summary.json's suite, canonical shape or primary mode are not the run's ('' when they are): the
     suite is run.json's, the other two run.json's (newer packs) or the named suite's (older packs)."""
-    if written.get("suite") != run_info.get("suite"):
-        return f"summary.json's suite {written.get('suite')!r} is not run.json's {run_info.get('suite')!r}"
-    said = (written.get("canonical"), written.get("primary_mode"))
-    if "canonical" in run_info or "primary_mode" in run_info:
-        expected, where = (run_info.get("canonical"), run_info.get("primary_mode")), "run.json's"
+    w, run = BenchSummary.from_json(written), BenchRun.from_json(run_info)
+    if w.suite != run.suite:
+        return f"summary.json's suite {w.suite!r} is not run.json's {run.suite!r}"
+    said = (w.canonical, w.primary_mode)
+    if "canonical" in run.raw or "primary_mode" in run.raw:
+        expected, where = (run.canonical, run.primary_mode), "run.json's"
     else:
-        expected, where = SUITE_HEADLINE_BEFORE_RUN_JSON.get(run_info.get("suite")), f"suite {written.get('suite')}'s"
+        expected, where = SUITE_HEADLINE_BEFORE_RUN_JSON.get(run.suite), f"suite {w.suite}'s"
     if expected is not None and said != expected:
         return (f"summary.json's canonical shape and primary mode {said} are not {where} {expected}: the headline "
                 "speedup is taken where the suite says")
@@ -37,22 +39,22 @@ def meta_problem(written: dict, run_info: dict) -> str:
 
 def summary_data(summary: dict, *, throttled: bool, run_info: dict, so_sha256: str | None) -> dict:
     """data of a bench outcome from its (re-derived) summary: row counts, canonical speedup, cost, binary."""
-    rows = summary["rows"]
-    counts = {s: sum(1 for r in rows if r["status"] == s) for s in sm.ROW_STATUSES}
-    return {"suite": summary["suite"], "rows": len(rows), **{f"rows_{s}": n for s, n in counts.items()},
-            "canonical_shape": summary["canonical"], "primary_mode": summary["primary_mode"],
-            "canonical_speedup": summary["canonical_speedup"], "canonical_best": summary["canonical_best"],
-            "canonical_speedup_vs": summary["canonical_speedup_vs"], "throttled": throttled,
-            "gpu_seconds": run_info.get("gpu_seconds"), "cost_usd": run_info.get("cost_usd"),
+    s, run = BenchSummary.from_json(summary), BenchRun.from_json(run_info)
+    counts = {st: sum(1 for r in s.rows if r.status == st) for st in sm.ROW_STATUSES}
+    return {"suite": s.suite, "rows": len(s.rows), **{f"rows_{st}": n for st, n in counts.items()},
+            "canonical_shape": s.canonical, "primary_mode": s.primary_mode,
+            "canonical_speedup": s.canonical_speedup, "canonical_best": s.canonical_best,
+            "canonical_speedup_vs": s.canonical_speedup_vs, "throttled": throttled,
+            "gpu_seconds": run.gpu_seconds, "cost_usd": run.cost_usd,
             "so_sha256": so_sha256, "regressions": None, "compare_counts": None}
 
 
 def canonical_note(summary: dict) -> str:
     """The reason's canonical-speedup clause ('' without a timed variant of ours at the canonical shape)."""
-    if summary["canonical_speedup"] is None:
+    s = BenchSummary.from_json(summary)
+    if s.canonical_speedup is None:
         return ""
-    return (f"; canonical {summary['canonical_best']} {summary['canonical_speedup']:.2f}x "
-            f"SDPA default ({summary['primary_mode']})")
+    return f"; canonical {s.canonical_best} {s.canonical_speedup:.2f}x SDPA default ({s.primary_mode})"
 
 
 def add_previous(stage_dir: Path, rows: list[dict], run_info: dict, data: dict) -> str | None:
@@ -71,17 +73,16 @@ def add_previous(stage_dir: Path, rows: list[dict], run_info: dict, data: dict) 
         diff = compare_rows(previous, rows)
     except (ValueError, KeyError, TypeError) as exc:
         return f"corrupt previous_summary.json: {exc}"
-    data["regressions"] = [f"{e.impl}|{e.variant}|{e.config}|{e.shape}|{e.mode}" for e in regressions(diff)]
-    data["compare_counts"] = diff.counts
-    data["previous_pack_id"] = run_info.get("previous_pack_id")
+    data.update(regressions=[f"{e.impl}|{e.variant}|{e.config}|{e.shape}|{e.mode}" for e in regressions(diff)],
+                compare_counts=diff.counts, previous_pack_id=BenchRun.from_json(run_info).previous_pack_id)
     return None
 
 
 def add_ab(data: dict, ab_data: dict) -> str:
     """The A/B (re-derived ab.json) into data; a passed A/B decides perf-regression, not the previous pack.
     Returns the clause for the reason."""
-    data["ab"] = outcome_data(ab_data)
-    if ab_data["status"] == "pass":
-        data["previous_regressions"] = data["regressions"]
-        data["regressions"] = list(ab_data["regressions"])
+    record = AbRecord.from_json(ab_data)
+    data.update(ab=outcome_data(ab_data))
+    if record.passed:
+        data.update(previous_regressions=data["regressions"], regressions=list(record.regressions))
     return "; " + ab.summary_line(ab_data)

@@ -4,9 +4,9 @@
 head (this checkout's extension) and the base (REF's extension, built from a git worktree),
 with the same inputs, L2 handling and SDPA calls in between. This module turns the two
 sides' raw samples into ab.json and is what `verify` re-runs, so it imports nothing but the
-standard library and evpack.timing.stats (math only).
+standard library, evpack.timing.stats (math only) and its records (ab_rule.py, ab_rows.py, records/bench.py).
 
-The rule (RULE below, rule_version 2; ab.json carries both verbatim, and an ab.json without a
+The rule (RULE in timing/ab_rule.py, rule_version 2; ab.json carries both verbatim, and an ab.json without a
 rule_version was made with RULE_V1, the same without the FDR control and the confirmation round):
   ratio  = median(head) / median(base)          (> 1: the head takes longer)
   CI     = [lo_h / hi_b, hi_h / lo_b] where [lo, hi] is each side's distribution-free
@@ -44,7 +44,14 @@ fdr_q; the confirmation round is what makes an identical commit read 0 SLOWER in
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
+from ..records.bench import AbRecord, BenchRow
+from ..records.view import obj
+from .ab_rows import Confirm, ConfirmSamples, Entry, FirstRound, Ratio
+from .ab_rule import RULE, RULE_V1, Rule
+from .ab_rule import RULE_VERSION as RULE_VERSION
+from .ab_rule import RULES as RULES
 from .stats import median_ci_ranks, quantile
 from .summary import same_value
 from .uniqueness import timed_content_unique
@@ -56,34 +63,6 @@ OURS, BASE = "evpack", "base"  # impl of the head's rows / of the base's rows in
 AB_FILE = "ab.json"
 BASE_SAMPLES = "ab_samples.csv"  # a samples member (summary.samples_file finds .xz, or older packs' .gz)
 BASE_SAMPLES_FILE = f"{BASE_SAMPLES}.xz"  # the name a writer gives it
-RULE_V1 = {
-    "name": "median-ratio-ci",
-    "test": "ratio of medians head/base; distribution-free order-statistic CI of each median at "
-            "1-(1-conf)/2, combined as [lo_h/hi_b, hi_h/lo_b] (joint coverage >= conf)",
-    "conf": 0.99,
-    "min_effect": 0.02,
-    "min_n": 10,
-    "slower": "CI lo > 1 and ratio > 1 + min_effect",
-    "faster": "CI hi < 1 and ratio < 1 - min_effect",
-    "same": "1 - min_effect <= CI lo and CI hi <= 1 + min_effect",
-}
-RULE_VERSION = 2
-RULE = {
-    "name": "median-ratio-ci-fdr-confirmed",
-    "version": RULE_VERSION,
-    "test": RULE_V1["test"] + "; one-sided rank-sum p-value of head vs base x (1 +- min_effect)",
-    "conf": 0.99,
-    "min_effect": 0.02,
-    "min_n": 10,
-    "fdr_q": 0.05,
-    "confirm_alpha": 0.05,
-    "slower": "CI lo > 1, ratio > 1 + min_effect, p significant under Benjamini-Hochberg at fdr_q over the "
-              "compared rows; confirmed by a second same-run round: CI lo > 1, ratio > 1 + min_effect, "
-              "p <= confirm_alpha / rows re-timed",
-    "faster": "CI hi < 1, ratio < 1 - min_effect, p significant under Benjamini-Hochberg at fdr_q",
-    "same": "1 - min_effect <= CI lo and CI hi <= 1 + min_effect",
-}
-RULES = {1: RULE_V1, RULE_VERSION: RULE}
 AB_STATUSES = ("pass", "error", "skipped")  # pass: both sides timed and compared (verdicts say the rest)
 
 
@@ -102,16 +81,16 @@ def ratio_interval(head: list[float], base: list[float], conf: float) -> tuple[f
     return mh / mb, lh / hb, hh / lb
 
 
-def verdict(head: list[float], base: list[float], rule: dict = RULE_V1) -> tuple[str, str, dict]:
+def verdict(head: list[float], base: list[float], rule: Rule = RULE_V1) -> tuple[str, str, Ratio | None]:
     """(verdict, reason, numbers) for two same-run sample lists of one row: the per-row rule of version 1 (and
     the first step of version 2, which adds the FDR control and the confirmation round)."""
-    if len(head) < rule["min_n"] or len(base) < rule["min_n"]:
-        return UNSURE, f"too few samples (head {len(head)}, base {len(base)}; need {rule['min_n']})", {}
+    if len(head) < rule.min_n or len(base) < rule.min_n:
+        return UNSURE, f"too few samples (head {len(head)}, base {len(base)}; need {rule.min_n})", None
     if min(head) <= 0 or min(base) <= 0:
-        return UNSURE, "non-positive sample time", {}
-    r, lo, hi = ratio_interval(head, base, rule["conf"])
-    eff = rule["min_effect"]
-    nums = {"ratio": r, "ci_lo": lo, "ci_hi": hi}
+        return UNSURE, "non-positive sample time", None
+    r, lo, hi = ratio_interval(head, base, rule.conf)
+    eff = rule.min_effect
+    nums = Ratio(r, lo, hi)
     if lo > 1.0 and r > 1.0 + eff:
         return SLOWER, f"head {r - 1:+.1%} (CI {lo - 1:+.1%}..{hi - 1:+.1%})", nums
     if hi < 1.0 and r < 1.0 - eff:
@@ -156,33 +135,32 @@ def benjamini_hochberg(pvalues: dict[str, float], q: float) -> set[str]:
     return {key for key, _ in ranked[:k]}
 
 
-def _first_round(head: list[float], base: list[float], rule: dict) -> dict:
+def _first_round(head: list[float], base: list[float], rule: Rule) -> FirstRound:
     """Round-1 numbers of a comparable row: the v1 verdict and the two one-sided p-values."""
     v, reason, nums = verdict(head, base, rule)
-    eff = rule["min_effect"]
-    out = {"v1": v, "reason": reason, **nums, "p_slower": None, "p_faster": None}
-    if nums:
-        out["p_slower"] = rank_sum_p(head, [t * (1 + eff) for t in base])
-        out["p_faster"] = rank_sum_p([t * (1 - eff) for t in base], head)
-    return out
+    if nums is None:
+        return FirstRound(v, reason, None)
+    eff = rule.min_effect
+    return FirstRound(v, reason, nums, p_slower=rank_sum_p(head, [t * (1 + eff) for t in base]),
+                      p_faster=rank_sum_p([t * (1 - eff) for t in base], head))
 
 
-def _confirmation(head: list[float] | None, base: list[float] | None, rule: dict, m: int) -> tuple[bool, str, dict]:
+def _confirmation(head: list[float] | None, base: list[float] | None, rule: Rule,
+                  m: int) -> tuple[bool, str, Confirm | None]:
     """(confirmed, why, numbers) of a candidate row's second round (m = rows re-timed)."""
     if not head or not base:
-        return False, "no confirmation round (the row was not re-timed)", {}
+        return False, "no confirmation round (the row was not re-timed)", None
     v, _, nums = verdict(head, base, rule)
-    if not nums:
-        return False, f"confirmation round: too few samples (head {len(head)}, base {len(base)})", {}
-    p = rank_sum_p(head, [t * (1 + rule["min_effect"]) for t in base])
-    limit = rule["confirm_alpha"] / max(1, m)
-    nums = dict(nums, p=p, head=side_stats(head), base=side_stats(base))
+    if nums is None:
+        return False, f"confirmation round: too few samples (head {len(head)}, base {len(base)})", None
+    p = rank_sum_p(head, [t * (1 + rule.min_effect) for t in base])
+    limit = rule.confirm_alpha / max(1, m)
     ok = v == SLOWER and p <= limit
-    why = (f"confirmed: head {nums['ratio'] - 1:+.1%} (CI {nums['ci_lo'] - 1:+.1%}..{nums['ci_hi'] - 1:+.1%}, "
-           f"p {p:.2g} <= {limit:.2g})") if ok else         (f"not confirmed: round 2 head {nums['ratio'] - 1:+.1%} (CI {nums['ci_lo'] - 1:+.1%}.."
-         f"{nums['ci_hi'] - 1:+.1%}, p {p:.2g}, needs CI above 1, beyond {rule['min_effect']:.0%} and p <= "
+    why = (f"confirmed: head {nums.ratio - 1:+.1%} (CI {nums.ci_lo - 1:+.1%}..{nums.ci_hi - 1:+.1%}, "
+           f"p {p:.2g} <= {limit:.2g})") if ok else         (f"not confirmed: round 2 head {nums.ratio - 1:+.1%} (CI {nums.ci_lo - 1:+.1%}.."
+         f"{nums.ci_hi - 1:+.1%}, p {p:.2g}, needs CI above 1, beyond {rule.min_effect:.0%} and p <= "
          f"{limit:.2g})")
-    return ok, why, nums
+    return ok, why, Confirm(nums, p, side_stats(head), side_stats(base))
 
 
 def side_stats(times: list[float] | None) -> dict:
@@ -210,143 +188,148 @@ def head_key(base_row_key: str) -> str:
     return f"{OURS}|{rest}"
 
 
-def row_status(row: dict) -> str:
+def row_status(row: BenchRow) -> str:
     """A row's status with the post-timing re-check re-derived from its recorded error and bound."""
-    if row.get("status") not in ("ok", "fail"):
-        return str(row.get("status"))
-    err, bound = row.get("max_abs_err"), row.get("err_bound")
+    if row.status not in ("ok", "fail"):
+        return str(row.status)
+    err, bound = row.max_abs_err, row.err_bound
     return "ok" if err is not None and bound is not None and err <= bound else "fail"
 
 
-def _not_timed(row: dict, times: list[float] | None, unique: bool = False) -> str:
+def _not_timed(row: BenchRow, times: list[float] | None, unique: bool = False) -> str:
     """Why one side cannot be compared ('' when it can). With `unique` (rule version 2), a row that records how
     its content was made unique (rows written since issue 25) must have had new content on every timed call."""
     if row_status(row) != "ok":
-        why = str(row.get("reason") or "")[:160]
+        why = str(row.reason or "")[:160]
         return row_status(row) + (f": {why}" if why else "")
     if not times:
         return "no samples"
-    if unique and "content_uniqueness" in row and not timed_content_unique(row, len(times)):
-        return f"timed content not unique ({row.get('unique_calls')} of {len(times)} samples' calls)"
+    if unique and "content_uniqueness" in row.raw and not timed_content_unique(row.raw, len(times)):
+        return f"timed content not unique ({row.unique_calls} of {len(times)} samples' calls)"
     return ""
 
 
 def _join(head_rows: list[dict], head_samples: dict[str, list[float]], base_rows: list[dict],
           base_samples: dict[str, list[float]], unique: bool = False):
-    """(entries without verdicts, comparable keys with their samples, heads, bases)."""
-    heads = {r["key"]: r for r in head_rows if r["impl"] == OURS and r.get("status") != "unsupported"}
-    bases = {head_key(r["key"]): r for r in base_rows}
+    """(entries without verdicts, comparable keys with their samples, heads, bases). `unique`: rule version 2."""
+    heads = {r.key: r for r in map(BenchRow.from_json, head_rows) if r.impl == OURS and r.status != "unsupported"}
+    bases = {head_key(r.key): r for r in map(BenchRow.from_json, base_rows)}
     entries, comparable = [], {}
     for key in sorted(set(heads) & set(bases)):
         h, b = heads[key], bases[key]
         hs, bs = head_samples.get(key), base_samples.get(base_key(key))
-        e = {"key": key, "variant": h["variant"], "config": h["config"], "shape": h["shape"], "mode": h["mode"],
-             "head": side_stats(hs if row_status(h) == "ok" else None),
-             "base": side_stats(bs if row_status(b) == "ok" else None)}
         why = [f"{side} {w}" for side, w in (("head", _not_timed(h, hs, unique)), ("base", _not_timed(b, bs, unique)))
                if w]
+        e = Entry(key, h.variant, h.config, h.shape, h.mode, head=side_stats(hs if row_status(h) == "ok" else None),
+                  base=side_stats(bs if row_status(b) == "ok" else None), compared=not why, v2=unique)
         if why:
-            e.update(ratio=None, ci_lo=None, ci_hi=None, verdict=UNSURE, reason="; ".join(why))
+            e = replace(e, verdict=UNSURE, reason="; ".join(why))
         else:
             comparable[key] = (hs, bs)
         entries.append(e)
     return entries, comparable, heads, bases
 
 
-def _verdicts_v1(entries: list[dict], comparable: dict, rule: dict) -> None:
+def _verdicts_v1(entries: list[Entry], comparable: dict, rule: Rule) -> list[Entry]:
+    out = []
     for e in entries:
-        if e["key"] in comparable:
-            v, reason, nums = verdict(*comparable[e["key"]], rule)
-            e.update(ratio=nums.get("ratio"), ci_lo=nums.get("ci_lo"), ci_hi=nums.get("ci_hi"), verdict=v,
-                     reason=reason)
+        if e.key in comparable:
+            v, reason, nums = verdict(*comparable[e.key], rule)
+            e = replace(e, nums=nums, verdict=v, reason=reason)
+        out.append(e)
+    return out
 
 
-def first_round(comparable: dict, rule: dict = RULE) -> tuple[dict[str, dict], list[str]]:
+def first_round(comparable: dict, rule: Rule = RULE) -> tuple[dict[str, FirstRound], list[str]]:
     """Rule version 2, before any confirmation: every comparable row's round-1 numbers and the rows that need a
     confirmation round (SLOWER by the per-row rule and significant after Benjamini-Hochberg), sorted."""
     rounds = {k: _first_round(h, b, rule) for k, (h, b) in comparable.items()}
-    p_slow = {k: r["p_slower"] for k, r in rounds.items() if r["p_slower"] is not None}
-    slow = benjamini_hochberg(p_slow, rule["fdr_q"])
-    return rounds, sorted(k for k in slow if rounds[k]["v1"] == SLOWER)
+    p_slow = {k: r.p_slower for k, r in rounds.items() if r.p_slower is not None}
+    slow = benjamini_hochberg(p_slow, rule.fdr_q)
+    return rounds, sorted(k for k in slow if rounds[k].v1 == SLOWER)
 
 
 def candidates(head_rows: list[dict], head_samples: dict[str, list[float]], base_rows: list[dict],
-               base_samples: dict[str, list[float]], rule: dict = RULE) -> list[str]:
+               base_samples: dict[str, list[float]], rule: Rule = RULE) -> list[str]:
     """Keys of the head's rows that rule version 2 re-times before it may call them SLOWER."""
     _, comparable, _, _ = _join(head_rows, head_samples, base_rows, base_samples, unique=True)
     return first_round(comparable, rule)[1]
 
 
-def _verdicts_v2(entries: list[dict], comparable: dict, rule: dict, confirm: dict | None) -> list[str]:
-    """Rule version 2 (module docstring); returns the keys that were candidates for a confirmation round."""
+def _verdicts_v2(entries: list[Entry], comparable: dict, rule: Rule,
+                 confirm: ConfirmSamples | None) -> tuple[list[Entry], list[str]]:
+    """Rule version 2 (module docstring): the decided entries and the keys that were candidates for a
+    confirmation round."""
     rounds, cands = first_round(comparable, rule)
-    p_fast = {k: r["p_faster"] for k, r in rounds.items() if r["p_faster"] is not None}
-    fast = benjamini_hochberg(p_fast, rule["fdr_q"])
-    heads, bases = (confirm or {}).get("head") or {}, (confirm or {}).get("base") or {}
+    p_fast = {k: r.p_faster for k, r in rounds.items() if r.p_faster is not None}
+    fast = benjamini_hochberg(p_fast, rule.fdr_q)
+    again = confirm or ConfirmSamples()
+    out = []
     for e in entries:
-        r = rounds.get(e["key"])
-        if r is None:
-            e.update(p_slower=None, p_faster=None, confirm=None)
-            continue
-        e.update(ratio=r.get("ratio"), ci_lo=r.get("ci_lo"), ci_hi=r.get("ci_hi"), p_slower=r["p_slower"],
-                 p_faster=r["p_faster"], confirm=None, verdict=r["v1"], reason=r["reason"])
-        if r["v1"] == SLOWER:
-            if e["key"] not in cands:
-                e.update(verdict=UNSURE, reason=f"{r['reason']}; not significant after FDR control (p "
-                                                f"{r['p_slower']:.2g}, Benjamini-Hochberg at {rule['fdr_q']})")
-                continue
-            ok, why, nums = _confirmation(heads.get(e["key"]), bases.get(base_key(e["key"])), rule, len(cands))
-            e.update(confirm=nums or None, verdict=SLOWER if ok else UNSURE, reason=f"{r['reason']}; {why}")
-        elif r["v1"] == FASTER and e["key"] not in fast:
-            e.update(verdict=UNSURE, reason=f"{r['reason']}; not significant after FDR control (p "
-                                            f"{r['p_faster']:.2g}, Benjamini-Hochberg at {rule['fdr_q']})")
-    return cands
+        r = rounds.get(e.key)
+        out.append(e if r is None else _decide(e, r, rule, cands, fast, again))
+    return out, cands
+
+
+def _decide(e: Entry, r: FirstRound, rule: Rule, cands: list[str], fast: set[str], again: ConfirmSamples) -> Entry:
+    """A compared entry under rule version 2: its round-1 verdict, kept only when significant after the FDR
+    control and, for SLOWER, when its confirmation round confirms it."""
+    e = replace(e, nums=r.nums, p_slower=r.p_slower, p_faster=r.p_faster, verdict=r.v1, reason=r.reason)
+    if r.v1 == SLOWER and e.key not in cands:
+        return replace(e, verdict=UNSURE, reason=f"{r.reason}; not significant after FDR control (p "
+                                                 f"{r.p_slower:.2g}, Benjamini-Hochberg at {rule.fdr_q})")
+    if r.v1 == SLOWER:
+        ok, why, nums = _confirmation(again.head.get(e.key), again.base.get(base_key(e.key)), rule, len(cands))
+        return replace(e, confirm=nums, verdict=SLOWER if ok else UNSURE, reason=f"{r.reason}; {why}")
+    if r.v1 == FASTER and e.key not in fast:
+        return replace(e, verdict=UNSURE, reason=f"{r.reason}; not significant after FDR control (p "
+                                                 f"{r.p_faster:.2g}, Benjamini-Hochberg at {rule.fdr_q})")
+    return e
 
 
 def compare_sides(head_rows: list[dict], head_samples: dict[str, list[float]], base_rows: list[dict],
-                  base_samples: dict[str, list[float]], rule: dict = RULE, confirm: dict | None = None) -> dict:
+                  base_samples: dict[str, list[float]], rule: Rule = RULE,
+                  confirm: ConfirmSamples | None = None) -> dict:
     """Join the head's rows of ours with the base's rows; one entry per row on both sides.
 
     Rows on one side only are listed under new (head only) / removed (base only), never compared. The rule's
     version picks the decision (an ab.json is always re-derived with the rule it was made with); `confirm`
-    holds version 2's confirmation-round samples: {"head": {head key: times}, "base": {base key: times}}.
+    holds version 2's confirmation-round samples (head keys' and base keys' times).
     """
-    v2 = rule.get("version", 1) >= 2
+    v2 = rule.rule_version >= 2
     entries, comparable, heads, bases = _join(head_rows, head_samples, base_rows, base_samples, unique=v2)
     extra = {}
     if v2:
-        extra["confirm_keys"] = _verdicts_v2(entries, comparable, rule, confirm)
+        entries, cands = _verdicts_v2(entries, comparable, rule, confirm)
+        extra = {"confirm_keys": cands}
     else:
-        _verdicts_v1(entries, comparable, rule)
+        entries = _verdicts_v1(entries, comparable, rule)
 
     def listing(keys, rows):
-        return [{"key": k, "variant": rows[k]["variant"], "config": rows[k]["config"], "shape": rows[k]["shape"],
-                 "mode": rows[k]["mode"], "status": row_status(rows[k])} for k in sorted(keys)]
+        return [{"key": k, "variant": rows[k].variant, "config": rows[k].config, "shape": rows[k].shape,
+                 "mode": rows[k].mode, "status": row_status(rows[k])} for k in sorted(keys)]
 
-    counts = {v: sum(1 for e in entries if e["verdict"] == v) for v in VERDICTS}
-    return {"rows": entries, "new": listing(set(heads) - set(bases), heads),
+    counts = {v: sum(1 for e in entries if e.verdict == v) for v in VERDICTS}
+    return {"rows": [e.to_json() for e in entries], "new": listing(set(heads) - set(bases), heads),
             "removed": listing(set(bases) - set(heads), bases), "counts": counts,
-            "regressions": [e["key"] for e in entries if e["verdict"] == SLOWER], **extra}
+            "regressions": [e.key for e in entries if e.verdict == SLOWER], **extra}
 
 
 def build_ab(meta: dict, head_rows: list[dict], head_samples: dict[str, list[float]],
-             base_records: list[dict], base_samples: dict[str, list[float]], rule: dict = RULE,
-             confirm: dict | None = None) -> dict:
+             base_records: list[dict], base_samples: dict[str, list[float]], rule: Rule = RULE,
+             confirm: ConfirmSamples | None = None) -> dict:
     """ab.json: meta (commits, binaries, build) + the rule + the comparison (when the base was timed).
 
-    meta["status"] is "pass" (both sides timed) or "error"/"skipped" with meta["reason"]; only
+    meta's status is "pass" (both sides timed) or "error"/"skipped" with meta's reason; only
     "pass" carries rows. The derived fields are a pure function of the arguments.
     """
-    out = {"schema": SCHEMA, **meta, "rule": dict(rule), "base_records": base_records}
-    if rule.get("version", 1) >= 2:
-        out["rule_version"] = rule["version"]
-    if meta.get("status") != "pass":
-        out.update(rows=[], new=[], removed=[], counts={v: 0 for v in VERDICTS}, regressions=[])
-        if rule.get("version", 1) >= 2:
-            out["confirm_keys"] = []
-        return out
-    out.update(compare_sides(head_rows, head_samples, base_records, base_samples, rule, confirm))
-    return out
+    v2 = rule.rule_version >= 2
+    out = {"schema": SCHEMA, **meta, "rule": rule.to_json(), "base_records": base_records,
+           **({"rule_version": rule.version} if v2 else {})}
+    if AbRecord.from_json(meta).status != "pass":
+        return {**out, "rows": [], "new": [], "removed": [], "counts": {v: 0 for v in VERDICTS}, "regressions": [],
+                **({"confirm_keys": []} if v2 else {})}
+    return {**out, **compare_sides(head_rows, head_samples, base_records, base_samples, rule, confirm)}
 
 
 DERIVED_KEYS = ("rows", "new", "removed", "counts", "regressions", "confirm_keys")
@@ -359,27 +342,28 @@ def merge(parts: list[dict]) -> dict:
     if len(parts) == 1:
         return parts[0]
     out = dict(parts[0])
-    failed = [p for p in parts if p.get("status") != "pass"]
+    views = [AbRecord.from_json(p) for p in parts]
+    failed = [p for p in views if p.status != "pass"]
     if failed:
-        out.update(status=failed[0].get("status"), reason="; ".join(str(p.get("reason")) for p in failed))
+        out.update(status=failed[0].status, reason="; ".join(str(p.reason) for p in failed))
     for key in ("rows", "new", "removed", "regressions", "base_records", "confirm_keys"):
         if any(key in p for p in parts):
             out[key] = [x for p in parts for x in p.get(key) or []]
-    out["counts"] = {v: sum((p.get("counts") or {}).get(v, 0) for p in parts) for v in VERDICTS}
+    out.update(counts={v: sum(obj(p.counts).get(v, 0) for p in views) for v in VERDICTS})
     return out
 
 
 def differences(written: dict, recomputed: dict) -> list[str]:
     """Where a written ab.json disagrees with the one re-derived from the samples."""
     diffs = [k for k in ("rule", "rule_version") if not same_value(written.get(k), recomputed.get(k))]
-    w_rows = {e.get("key"): e for e in written.get("rows", []) if isinstance(e, dict)}
-    for e in recomputed["rows"]:
-        w = w_rows.pop(e["key"], None)
+    w_rows = {e.key: e.raw for e in AbRecord.from_json(written).rows}
+    for row in AbRecord.from_json(recomputed).rows:
+        w, e = w_rows.pop(row.key, None), row.raw
         if w is None:
-            diffs.append(f"{e['key']}: missing from ab.json")
+            diffs.append(f"{row.key}: missing from ab.json")
         elif not same_value(w, e):
             bad = sorted(k for k in set(w) | set(e) if not same_value(w.get(k), e.get(k)))
-            diffs.append(f"{e['key']}: {', '.join(bad)}")
+            diffs.append(f"{row.key}: {', '.join(bad)}")
     diffs += [f"{k}: in ab.json but not derivable from the samples" for k in w_rows]
     diffs += [k for k in DERIVED_KEYS[1:] if not same_value(written.get(k), recomputed.get(k))]
     return diffs
@@ -387,16 +371,17 @@ def differences(written: dict, recomputed: dict) -> list[str]:
 
 def summary_line(ab: dict) -> str:
     """One line for the performance gate's reason."""
-    base = (ab.get("base_commit") or "?")[:12]
-    if ab.get("status") != "pass":
-        return f"A/B vs {base}: {ab.get('status')} ({str(ab.get('reason', ''))[:160]})"
-    c = ab["counts"]
+    a = AbRecord.from_json(ab)
+    base = (a.base_commit or "?")[:12]
+    if a.status != "pass":
+        return f"A/B vs {base}: {a.status} ({str(a.reason if 'reason' in a.raw else '')[:160]})"
+    c = a.counts
     parts = [f"{c[v]} {v}" for v in VERDICTS if c.get(v)]
-    extra = [f"{len(ab[k])} {k}" for k in ("new", "removed") if ab.get(k)]
-    return f"A/B vs {base}: {len(ab['rows'])} rows, " + ", ".join(parts + extra)
+    extra = [f"{len(rows)} {k}" for k, rows in (("new", a.new), ("removed", a.removed)) if rows]
+    return f"A/B vs {base}: {len(a.rows)} rows, " + ", ".join(parts + extra)
 
 
 def same_rate(ab: dict) -> float | None:
     """Share of compared rows judged SAME (the self-check's figure of merit)."""
-    rows = ab.get("rows") or []
-    return sum(1 for e in rows if e["verdict"] == SAME) / len(rows) if rows else None
+    rows = AbRecord.from_json(ab).rows
+    return sum(1 for e in rows if e.verdict == SAME) / len(rows) if rows else None

@@ -27,7 +27,11 @@ from pathlib import Path
 
 from ..jsonio import COMPACT_FROM_BYTES, json_text, read_member_json
 from ..packfs import stored_forms, write_stored
+from ..records.ab import BaseBuild, BaselineOption
+from ..records.bench import AbRecord, BenchRow
 from . import ab
+from .ab_rows import ConfirmSamples
+from .ab_rule import Rule
 from .shards import shard_dirs
 from .summary import key_problems, read_samples, samples_file
 
@@ -54,9 +58,10 @@ def required_files(bench_dir: Path) -> tuple[str, ...]:
     if not isinstance(meta, dict):
         return ()
     out: tuple[str, ...] = ()
-    if meta.get("base_build") is not None:
+    record = AbRecord.from_json(meta)
+    if record.base_build is not None:
         out += (f"{BUILD_DIR}/result.json", f"{BUILD_DIR}/build.log")
-    if meta.get("status") == "pass":
+    if record.status == "pass":
         out += (BINARY_FILE, f"{ab.BASE_SAMPLES}.*")
     return out
 
@@ -73,16 +78,17 @@ def prepare(options: dict, stage_dir: Path, head_sha256: str | None, head_dirty:
     Copies REF's build log into the pack and loads REF's extension; any failure makes the
     A/B part `error` (meta says why) and returns no BaseSide: the head is timed as usual.
     """
-    spec = options.get("baseline")
-    if not spec:
+    option = options.get("baseline")
+    if not option:
         return None, None
-    meta = {"status": "pass", "reason": "", "base_ref": spec.get("ref"),
-            "base_commit": spec.get("commit"), "head_commit": spec.get("head_commit"), "head_dirty": head_dirty,
-            "self_check": bool(spec.get("self_check")), "base_so_sha256": None, "head_so_sha256": head_sha256,
+    spec = BaselineOption.from_json(option)
+    meta = {"status": "pass", "reason": "", "base_ref": spec.ref,
+            "base_commit": spec.commit, "head_commit": spec.head_commit, "head_dirty": head_dirty,
+            "self_check": bool(spec.self_check), "base_so_sha256": None, "head_so_sha256": head_sha256,
             "base_build": None}
     out = stage_dir / BUILD_DIR
     out.mkdir(parents=True, exist_ok=True)
-    src = Path(spec.get("build_output") or "/nonexistent")
+    src = Path(spec.build_output or "/nonexistent")
     for name in ("build.log", "result.json"):
         if (src / name).is_file():
             shutil.copyfile(src / name, out / name)
@@ -90,22 +96,23 @@ def prepare(options: dict, stage_dir: Path, head_sha256: str | None, head_dirty:
         result = json.loads((out / "result.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         return None, dict(meta, status="error", reason=f"no result of the base build ({type(exc).__name__})")
-    meta["base_build"] = {k: result.get(k) for k in ("returncode", "elapsed_s", "archs", "error")}
-    if result.get("error") or not result.get("so_path"):
-        why = result.get("error") or "no shared object"
+    result = BaseBuild.from_json(result)
+    meta = dict(meta, base_build=result.record())
+    if result.error or not result.so_path:
+        why = result.error or "no shared object"
         return None, dict(meta, status="error", reason=f"{why}; log kept in bench/{BUILD_DIR}/build.log")
     try:
         from .ab_runner import BASE_MODULE, load_base
 
-        side = load_base(Path(result["so_path"]), options.get("variants"))
+        side = load_base(Path(result.so_path), options.get("variants"))
     except Exception as exc:  # noqa: BLE001 - a base that cannot be loaded is the A/B's error, not the stage's
         why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         return None, dict(meta, status="error", reason=f"base extension did not load: {why}")
     _write_json(stage_dir / BINARY_FILE, {"module": BASE_MODULE, "path": side.path, "sha256": side.sha256})
-    meta["base_so_sha256"] = side.sha256
-    if side.sha256 != result.get("so_sha256"):
+    meta = dict(meta, base_so_sha256=side.sha256)
+    if side.sha256 != result.so_sha256:
         return None, dict(meta, status="error", reason=f"the loaded base {side.sha256[:12]} is not the built "
-                                                       f"{str(result.get('so_sha256'))[:12]}")
+                                                       f"{str(result.so_sha256)[:12]}")
     if not side.pairs:
         return None, dict(meta, status="error", reason="the base extension lists no kernels (after --variants)")
     return side, meta
@@ -113,17 +120,18 @@ def prepare(options: dict, stage_dir: Path, head_sha256: str | None, head_dirty:
 
 def split(records: list[dict], samples: dict[str, list[float]]):
     """(head records, base records, head samples, base samples): the base's rows never enter summary.json."""
-    base = [r for r in records if r["impl"] == ab.BASE]
-    head = [r for r in records if r["impl"] != ab.BASE]
-    keys = {r["key"] for r in base}
+    views = [(r, BenchRow.from_json(r)) for r in records]
+    base = [r for r, v in views if v.impl == ab.BASE]
+    head = [r for r, v in views if v.impl != ab.BASE]
+    keys = {v.key for _, v in views if v.impl == ab.BASE}
     return (head, base, {k: v for k, v in samples.items() if k not in keys},
             {k: v for k, v in samples.items() if k in keys})
 
 
-def split_confirm(samples: dict[str, list[float]]) -> dict:
-    """Confirmation-round samples by side: {"head": {head key: times}, "base": {base key: times}}."""
-    return {"head": {k: v for k, v in samples.items() if k.startswith(ab.OURS + "|")},
-            "base": {k: v for k, v in samples.items() if k.startswith(ab.BASE + "|")}}
+def split_confirm(samples: dict[str, list[float]]) -> ConfirmSamples:
+    """Confirmation-round samples by side: {head key: times} and {base key: times}."""
+    return ConfirmSamples(head={k: v for k, v in samples.items() if k.startswith(ab.OURS + "|")},
+                          base={k: v for k, v in samples.items() if k.startswith(ab.BASE + "|")})
 
 
 def write(stage_dir: Path, meta: dict, head_rows: list[dict], head_samples: dict, base_records: list[dict],
@@ -132,8 +140,9 @@ def write(stage_dir: Path, meta: dict, head_rows: list[dict], head_samples: dict
     the ab.json content."""
     from .summary import write_samples
 
-    if meta["status"] == "pass" and not base_samples:
-        first = next((f"; first {r['key']}: {str(r.get('reason'))[:160]}" for r in base_records if r.get("reason")), "")
+    if AbRecord.from_json(meta).status == "pass" and not base_samples:
+        first = next((f"; first {r.key}: {str(r.reason)[:160]}" for r in map(BenchRow.from_json, base_records)
+                      if r.reason), "")
         meta = dict(meta, status="error", reason=f"no row of the base was timed{first}")
     try:
         write_samples(stage_dir / ab.BASE_SAMPLES_FILE, base_records, base_samples)
@@ -142,14 +151,14 @@ def write(stage_dir: Path, meta: dict, head_rows: list[dict], head_samples: dict
             write_samples(stage_dir / CONFIRM_SAMPLES_FILE, confirm_records or [], confirm_samples)
             confirm = split_confirm(confirm_samples)
         data = ab.build_ab(meta, head_rows, head_samples, base_records, base_samples, confirm=confirm)
-        data["confirm_records"] = list(confirm_records or [])
+        data = dict(data, confirm_records=list(confirm_records or []))
     except Exception as exc:  # noqa: BLE001 - the A/B must never cost the head's benchmark
         log.warning("A/B: could not write the base's results: %s", exc)
         for p in stored_forms(stage_dir, ab.BASE_SAMPLES) + stored_forms(stage_dir, CONFIRM_SAMPLES):
             p.unlink(missing_ok=True)
         why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         data = ab.build_ab(dict(meta, status="error", reason=f"writing the A/B failed: {why}"), [], {}, [], {})
-        data["confirm_records"] = []
+        data = dict(data, confirm_records=[])
     write_ab(stage_dir, data)
     return data
 
@@ -166,16 +175,16 @@ def write_ab(stage_dir: Path, data: dict) -> Path:
     return path
 
 
-def known_rule(written: dict) -> tuple[dict | None, str]:
+def known_rule(written: dict) -> tuple[Rule | None, str]:
     """(the rule an ab.json was made with, problem): its rule_version (none: version 1) picks the rule in the
     code, and the rule the file carries must be that one, word for word."""
-    version = written.get("rule_version", 1)
+    record = AbRecord.from_json(written)
+    version = record.rule_version if "rule_version" in record.raw else 1
     rule = ab.RULES.get(version) if isinstance(version, int) and not isinstance(version, bool) else None
     if rule is None:
         return None, f"{ab.AB_FILE}: unknown rule version {version!r}"
-    if written.get("rule") != rule:
-        name = (written.get("rule") or {}).get("name") if isinstance(written.get("rule"), dict) else None
-        return None, f"{ab.AB_FILE}: its rule ({name!r}) is not rule version {version} ({rule['name']!r})"
+    if record.rule.raw != rule.to_json():
+        return None, f"{ab.AB_FILE}: its rule ({record.rule.name!r}) is not rule version {version} ({rule.name!r})"
     return rule, ""
 
 
@@ -194,22 +203,24 @@ def derive(stage_dir: Path, head_rows: list[dict], head_samples: dict, expected_
         sample_file = samples_file(stage_dir, ab.BASE_SAMPLES)
         base_samples = read_samples(sample_file) if sample_file.is_file() else {}
         confirm_file = samples_file(stage_dir, CONFIRM_SAMPLES)
-        confirm_samples = read_samples(confirm_file) if rule.get("version", 1) >= 2 and confirm_file.is_file() else {}
+        confirm_samples = read_samples(confirm_file) if rule.rule_version >= 2 and confirm_file.is_file() else {}
         recomputed = ab.build_ab(meta, head_rows, head_samples, base_records, base_samples, rule,
                                  split_confirm(confirm_samples))
         if "confirm_records" in written:
-            recomputed["confirm_records"] = written["confirm_records"]
+            recomputed = dict(recomputed, confirm_records=AbRecord.from_json(written).confirm_records)
     except (ValueError, KeyError, TypeError, AttributeError, json.JSONDecodeError, OSError) as exc:
         return None, f"corrupt {ab.AB_FILE}: {type(exc).__name__}: {exc}"
-    if expected_commit and meta["base_commit"] != expected_commit:
-        return None, f"{ab.AB_FILE} base {str(meta['base_commit'])[:12]} != run.json's {expected_commit[:12]}"
-    orphans = sorted(set(base_samples) - {r["key"] for r in base_records})
-    confirmed = set(recomputed.get("confirm_keys") or [])
+    m, derived = AbRecord.from_json(meta), AbRecord.from_json(recomputed)
+    if expected_commit and m.base_commit != expected_commit:
+        return None, f"{ab.AB_FILE} base {str(m.base_commit)[:12]} != run.json's {expected_commit[:12]}"
+    orphans = sorted(set(base_samples) - {BenchRow.from_json(r).key for r in base_records})
+    confirmed = set(derived.confirm_keys or [])
     stray = sorted(k for k in confirm_samples if (ab.head_key(k) if k.startswith(ab.BASE + "|") else k) not in confirmed)
-    diffs = key_problems([*base_records, *recomputed.get("confirm_records", [])]) + ab.differences(written, recomputed)
+    diffs = key_problems([*base_records, *(derived.confirm_records if "confirm_records" in derived.raw else [])])
+    diffs += ab.differences(written, recomputed)
     diffs += [f"{k}: base samples without a row" for k in orphans]
-    if meta["status"] != "pass" and base_samples:  # the writer times no base row when the A/B errs
-        diffs.append(f"status {meta['status']} but {ab.BASE_SAMPLES} holds {len(base_samples)} timed rows of the base")
+    if m.status != "pass" and base_samples:  # the writer times no base row when the A/B errs
+        diffs.append(f"status {m.status} but {ab.BASE_SAMPLES} holds {len(base_samples)} timed rows of the base")
     diffs += [f"{k}: confirmation samples of a row that was no candidate" for k in stray]
     if diffs:
         return None, f"{ab.AB_FILE} disagrees with the samples in {len(diffs)} places (first: {diffs[0]})"
@@ -218,11 +229,12 @@ def derive(stage_dir: Path, head_rows: list[dict], head_samples: dict, expected_
 
 def outcome_data(ab_data: dict) -> dict:
     """What the bench outcome carries about the A/B (pack.json, labels, report)."""
-    return {"status": ab_data["status"], "reason": ab_data.get("reason", ""), "base_ref": ab_data.get("base_ref"),
-            "base_commit": ab_data.get("base_commit"), "self_check": ab_data.get("self_check"),
-            "counts": ab_data["counts"], "same_rate": ab.same_rate(ab_data), "new": len(ab_data["new"]),
-            "removed": len(ab_data["removed"]), "regressions": list(ab_data["regressions"]),
-            "base_so_sha256": ab_data.get("base_so_sha256")}
+    a = AbRecord.from_json(ab_data)
+    return {"status": a.status, "reason": a.reason if "reason" in a.raw else "", "base_ref": a.base_ref,
+            "base_commit": a.base_commit, "self_check": a.self_check,
+            "counts": a.counts, "same_rate": ab.same_rate(ab_data), "new": len(a.new),
+            "removed": len(a.removed), "regressions": list(a.regressions),
+            "base_so_sha256": a.base_so_sha256}
 
 
 def load(stage_dir: Path) -> dict | None:

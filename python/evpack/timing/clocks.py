@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import subprocess
 
+from ..records.bench import ClockReading
+
 log = logging.getLogger(__name__)
 
 SCHEMA = 1
@@ -127,14 +129,14 @@ def highest_sm_mhz(clk: dict) -> float | None:
 def judge(before: dict, after: dict) -> dict:
     """The clocks.json object: both readings, the throttle flag and why."""
     out = {"schema": SCHEMA, "before": before, "after": after, "throttled": False, "reasons": [], "reason": ""}
-    if after.get("source", "none") == "none":
-        out["reason"] = "clocks not readable: " + after.get("error", "")
-        return out
+    first, last = ClockReading.from_json(before), ClockReading.from_json(after)
+    if "source" not in last.raw or last.source == "none":
+        return dict(out, reason="clocks not readable: " + (last.error if "error" in last.raw else ""))
     why = []
-    frac = after["sm_mhz"] / after["max_sm_mhz"] if after.get("max_sm_mhz") else 1.0
+    frac = last.sm_mhz / last.max_sm_mhz if last.max_sm_mhz else 1.0
     if frac < THROTTLE_FRACTION:
-        why.append(f"SM clock under load {after['sm_mhz']} MHz < {THROTTLE_FRACTION:.0%} of max {after['max_sm_mhz']} MHz")
-    names = sorted(set(decode_reasons(before.get("reasons_mask")) + decode_reasons(after.get("reasons_mask"))))
+        why.append(f"SM clock under load {last.sm_mhz} MHz < {THROTTLE_FRACTION:.0%} of max {last.max_sm_mhz} MHz")
+    names = sorted(set(decode_reasons(first.reasons_mask) + decode_reasons(last.reasons_mask)))
     hard = [n for n in names if n in THROTTLE_REASONS.values()]
     if hard:
         why.append("active clock-event reasons: " + ", ".join(hard))

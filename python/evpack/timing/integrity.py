@@ -21,6 +21,7 @@ Added with summary schema 2 (rows of packs written with it; older rows keep the 
 """
 from __future__ import annotations
 
+from ..records.bench import BenchRow
 from . import roofline
 from .suites import parse_shape
 
@@ -55,36 +56,37 @@ def rule_problems(row: dict, rates: dict[str, float], *, schema: int = 1, physic
                   cache_flags: dict | None = None) -> list[tuple[str, str, str]]:
     """(rule, status, reason) for every rule the row breaks; rule is one of RULES."""
     out = []
-    med = row.get("median_us")
+    r = BenchRow.from_json(row)
+    med = r.median_us
     if med is not None:
         fl = floor_us(row, rates, schema=schema, physics=physics)
         if med < fl:
             out.append(("speed_of_light", "error", f"{IMPOSSIBLE}: median {med:.3g} us < same-run floor {fl:.3g} us"))
-    if row.get("impl") != "evpack":
+    if r.impl != "evpack":
         return out
     if schema >= 2:
-        if med is not None and row.get("timed_content_unique") is not True:
-            out.append(("unique_content", "error", f"{NOT_UNIQUE}: {row.get('unique_calls')} of the timed calls saw new content "
-                                  f"(method {row.get('content_uniqueness')!r})"))
-        flag = (cache_flags or {}).get((row.get("variant"), row.get("config")))
+        if med is not None and r.timed_content_unique is not True:
+            out.append(("unique_content", "error", f"{NOT_UNIQUE}: {r.unique_calls} of the timed calls saw new content "
+                                  f"(method {r.content_uniqueness!r})"))
+        flag = (cache_flags or {}).get((r.variant, r.config))
         if flag:
             out.append(("content_cache", "error", f"{CONTENT_CACHE}: {flag}"))
-        if row.get("timed_ref_failures"):
-            out.append(("timed_reference", "fail", f"{row['timed_ref_failures']} of {row.get('timed_ref_checks')} kept timed outputs "
-                                f"off the fp32 reference of the inputs they saw (worst {row.get('timed_ref_worst')} "
+        if r.timed_ref_failures:
+            out.append(("timed_reference", "fail", f"{r.timed_ref_failures} of {r.timed_ref_checks} kept timed outputs "
+                                f"off the fp32 reference of the inputs they saw (worst {r.timed_ref_worst} "
                                 f"x the bound)"))
-    drain = row.get("drain_us_median")
+    drain = r.drain_us_median
     if drain is not None and drain > DRAIN_LIMIT_US:
         out.append(("drain", "error", f"the device was still busy {drain:.0f} us (median) after the timed calls: work on "
                              f"another stream that the timing events missed"))
-    if row.get("l2_error"):
-        out.append(("l2", "error", f"persisting-L2 reset or read-back failed: {row['l2_error']}"))
-    if row.get("l2_violations"):
-        out.append(("l2", "error", f"the persisting-L2 limit was raised during timed calls in {row['l2_violations']} "
+    if r.l2_error:
+        out.append(("l2", "error", f"persisting-L2 reset or read-back failed: {r.l2_error}"))
+    if r.l2_violations:
+        out.append(("l2", "error", f"the persisting-L2 limit was raised during timed calls in {r.l2_violations} "
                              f"batches"))
-    if row.get("timed_mismatches"):
-        out.append(("timed_outputs", "fail", f"{row['timed_mismatches']} elements of kept timed outputs differ from an untimed "
-                            f"call ({row.get('timed_checks')} checks)"))
+    if r.timed_mismatches:
+        out.append(("timed_outputs", "fail", f"{r.timed_mismatches} elements of kept timed outputs differ from an untimed "
+                            f"call ({r.timed_checks} checks)"))
     return out
 
 
@@ -97,14 +99,14 @@ def judge(rows: list[dict], rates: dict[str, float], *, schema: int = 1, physics
         if probs:
             status = "error" if any(s == "error" for s, _ in probs) else "fail"
             r = dict(r, status=status, reason="; ".join(p for _, p in probs))
-            broken.append(r)
+            broken.append(BenchRow.from_json(r))
         judged.append(r)
-    checked = [r for r in rows if r.get("timed_checks") is not None]
-    summary = {"broken_rows": len(broken), "impossible_rows": sum(IMPOSSIBLE in r["reason"] for r in broken),
-               "timed_checks": sum(r["timed_checks"] or 0 for r in checked),
-               "first": f"{broken[0]['key']}: {broken[0]['reason']}" if broken else None}
+    checked = [r for r in map(BenchRow.from_json, rows) if r.timed_checks is not None]
+    summary = {"broken_rows": len(broken), "impossible_rows": sum(IMPOSSIBLE in r.reason for r in broken),
+               "timed_checks": sum(r.timed_checks or 0 for r in checked),
+               "first": f"{broken[0].key}: {broken[0].reason}" if broken else None}
     if schema >= 2:
-        summary.update(not_unique_rows=sum(NOT_UNIQUE in r["reason"] for r in broken),
-                       content_cache_rows=sum(CONTENT_CACHE in r["reason"] for r in broken),
-                       timed_ref_checks=sum(r.get("timed_ref_checks") or 0 for r in checked))
+        summary.update(not_unique_rows=sum(NOT_UNIQUE in r.reason for r in broken),
+                       content_cache_rows=sum(CONTENT_CACHE in r.reason for r in broken),
+                       timed_ref_checks=sum(r.timed_ref_checks or 0 for r in checked))
     return judged, summary

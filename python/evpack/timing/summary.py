@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 
 from ..jsonio import read_member_json, write_member_json
-from ..records.bench import BenchRow, bench_rows
+from ..records.bench import BenchRow, BenchSummary, bench_rows
 from . import roofline
 from .baselines import BACKENDS
 from .stats import spread
@@ -94,18 +94,22 @@ def build_rows(records: list[dict], samples: dict[str, list[float]], rates: dict
     rows = []
     for rec in records:
         row = {k: v for k, v in rec.items() if k not in STAT_KEYS}
-        row.update(_stats(row, samples.get(rec["key"]), rates, schema, physics))
-        rows.append(row)
-    sdpa = {(r["shape"], r["mode"], r["variant"]): r["median_us"] for r in rows
-            if r["impl"] == SDPA and r["status"] == "ok" and r["median_us"]}
-    for r in rows:
-        if r["median_us"] is None:
-            continue
-        for b in BACKENDS:
-            base = sdpa.get((r["shape"], r["mode"], b))
-            if base and not (r["impl"] == SDPA and r["variant"] == b):
-                r["speedup_vs"][b] = base / r["median_us"]
-    return rows
+        rows.append({**row, **_stats(row, samples.get(rec["key"]), rates, schema, physics)})
+    views = bench_rows(rows)
+    sdpa = {(r.shape, r.mode, r.variant): r.median_us for r in views
+            if r.impl == SDPA and r.status == "ok" and r.median_us}
+    return [row if r.median_us is None else dict(row, speedup_vs=_speedups(r, sdpa)) for row, r in zip(rows, views,
+                                                                                                       strict=True)]
+
+
+def _speedups(row: BenchRow, sdpa: dict) -> dict[str, float]:
+    """backend -> median(SDPA backend) / median(row) at the row's shape and mode (a backend's own row left out)."""
+    out = {}
+    for b in BACKENDS:
+        base = sdpa.get((row.shape, row.mode, b))
+        if base and not (row.impl == SDPA and row.variant == b):
+            out[b] = base / row.median_us
+    return out
 
 
 def leaderboard(rows: list[dict], shape_key: str, mode: str) -> list[dict]:
@@ -139,7 +143,8 @@ def recheck(row: dict) -> str:
     """Row status re-derived from its recorded error vs bound (our rows that ran)."""
     if row["impl"] != OURS or row["status"] not in ("ok", "fail"):
         return row["status"]
-    err, bound = row.get("max_abs_err"), row.get("err_bound")
+    recorded = BenchRow.from_json(row)
+    err, bound = recorded.max_abs_err, recorded.err_bound
     if err is None or bound is None or not err <= bound:
         return "fail"
     return "ok"
@@ -150,18 +155,15 @@ def build_summary(meta: dict, records: list[dict], samples: dict[str, list[float
     if schema not in SCHEMAS:
         raise ValueError(f"summary schema {schema!r} is not one of {SCHEMAS}")
     rows = build_rows(records, samples, rates, schema=schema, physics=physics)
-    for r in rows:
-        r["status"] = recheck(r)
-    return summary_from_rows(meta, rows, schema=schema)
+    return summary_from_rows(meta, [dict(r, status=recheck(r)) for r in rows], schema=schema)
 
 
 def summary_from_rows(meta: dict, rows: list[dict], *, schema: int = SCHEMA) -> dict:
     """summary.json from finished rows: the leaderboard and canonical speedup over them (also how the rows of
     a benchmark sharded over GPUs are put together: every row's statistics come from its own shard)."""
-    out = {"schema": schema, **meta, "rows": rows,
-           "leaderboard": leaderboard(rows, meta["canonical"], meta["primary_mode"])}
-    out.update(canonical(rows, meta["canonical"], meta["primary_mode"]))
-    return out
+    run = BenchSummary.from_json(meta)
+    return {"schema": schema, **meta, "rows": rows, "leaderboard": leaderboard(rows, run.canonical, run.primary_mode),
+            **canonical(rows, run.canonical, run.primary_mode)}
 
 
 def same_value(a, b) -> bool:
@@ -180,21 +182,21 @@ def same_value(a, b) -> bool:
 def differences(written: dict, recomputed: dict) -> list[str]:
     """Where the written summary disagrees with the one recomputed from the samples."""
     diffs = []
-    wrows = {r["key"]: r for r in written.get("rows", [])}
-    for r in recomputed["rows"]:
-        w = wrows.pop(r["key"], None)
+    mine, theirs = BenchSummary.from_json(recomputed), BenchSummary.from_json(written)
+    wrows = {r.key: r.raw for r in theirs.rows}  # rows as records_of(written) took them: objects with a key
+    for row in mine.rows:
+        w, r = wrows.pop(row.key, None), row.raw
         if w is None:
-            diffs.append(f"{r['key']}: missing from summary.json")
+            diffs.append(f"{row.key}: missing from summary.json")
             continue
         bad = [k for k in (*STAT_KEYS, "status") if not same_value(w.get(k), r.get(k))]
         if bad:
-            diffs.append(f"{r['key']}: {', '.join(bad)}")
+            diffs.append(f"{row.key}: {', '.join(bad)}")
     diffs += [f"{k}: in summary.json but not in the records" for k in wrows]
     for k in ("leaderboard", "canonical_speedup", "canonical_best"):
         if not same_value(written.get(k), recomputed.get(k)):
             diffs.append(k)
-    if "canonical_speedup_vs" in written and not same_value(written["canonical_speedup_vs"],
-                                                            recomputed.get("canonical_speedup_vs")):
+    if "canonical_speedup_vs" in written and not same_value(theirs.canonical_speedup_vs, mine.canonical_speedup_vs):
         diffs.append("canonical_speedup_vs")  # the report's "x flash, y cudnn": absent from the oldest packs
     return diffs
 
@@ -234,13 +236,12 @@ def records_of(summary: dict) -> list[dict]:
 def write_samples(path: Path, rows: list[dict], samples: dict[str, list[float]]) -> None:
     import pandas as pd
 
-    by_key = {r["key"]: r for r in rows}
+    by_key = {r.key: r for r in bench_rows(rows)}
     data = {c: [] for c in SAMPLE_COLUMNS}
     for key, times in samples.items():
         r = by_key[key]
         for i, t in enumerate(times):
-            for c, v in zip(SAMPLE_COLUMNS, (key, r["impl"], r["variant"], r["config"], r["shape"], r["mode"], i, t),
-                            strict=True):
+            for c, v in zip(SAMPLE_COLUMNS, (key, r.impl, r.variant, r.config, r.shape, r.mode, i, t), strict=True):
                 data[c].append(v)
     from ..packfs import write_stored
 
@@ -296,8 +297,9 @@ def _key_of(fields: list[str], at, line) -> str:
 
 def key_problems(records: list[dict]) -> list[str]:
     """Rows whose key is not row_key(impl, variant, config, shape, mode): samples are joined to rows by key."""
-    return [f"{r.get('key')}: the key does not name the row's impl, variant, config, shape and mode"
-            for r in records if r.get("key") != row_key(*(str(r.get(c)) for c in SAMPLE_COLUMNS[1:6]))]
+    views = [BenchRow.from_json(r) for r in records]
+    return [f"{r.key}: the key does not name the row's impl, variant, config, shape and mode"
+            for r in views if r.key != row_key(*(str(v) for v in (r.impl, r.variant, r.config, r.shape, r.mode)))]
 
 
 def read_samples(path: Path) -> dict[str, list[float]]:
