@@ -93,10 +93,9 @@ def prepare(options: dict, stage_dir: Path, head_sha256: str | None, head_dirty:
         if (src / name).is_file():
             shutil.copyfile(src / name, out / name)
     try:
-        result = json.loads((out / "result.json").read_text(encoding="utf-8"))
+        result = BaseBuild.from_json(json.loads((out / "result.json").read_text(encoding="utf-8")))
     except (OSError, json.JSONDecodeError) as exc:
         return None, dict(meta, status="error", reason=f"no result of the base build ({type(exc).__name__})")
-    result = BaseBuild.from_json(result)
     meta = dict(meta, base_build=result.record())
     if result.error or not result.so_path:
         why = result.error or "no shared object"

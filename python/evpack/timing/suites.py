@@ -24,6 +24,7 @@ from pathlib import Path
 
 import tomllib
 
+from ..records.suite import SuiteFile, SuiteGroup
 from .stats import StopRule
 
 DTYPES = ("fp16", "bf16")
@@ -159,7 +160,7 @@ def _expand_group(group: dict, where: str) -> list[tuple[Shape, tuple[str, ...]]
         elif how == ["B"]:
             pairs = list(itertools.product(_list(group, "B", where), _list(group, "H", where)))
         else:
-            tokens = group["tokens"]
+            tokens = SuiteGroup.from_json(group).tokens
             if not isinstance(tokens, int) or tokens <= 0 or tokens % S:
                 raise SuiteError(f"{where}: tokens={tokens!r} must be a positive multiple of S={S}")
             pairs = [(tokens // S, h) for h in _list(group, "H", where)]
@@ -180,11 +181,12 @@ def _merge(entries: list[tuple[Shape, tuple[str, ...], str]]) -> tuple[SuiteShap
 
 def parse_suite(data: dict, where: str = "suite") -> Suite:
     """Validate a parsed suite TOML document."""
-    name = data.get("name")
+    doc = SuiteFile.from_json(data)
+    name = doc.name
     if not isinstance(name, str) or not name:
         raise SuiteError(f"{where}: 'name' must be a non-empty string")
     rule_fields = {f.name for f in fields(StopRule)}
-    sampling = data.get("sampling", {})
+    sampling = {} if doc.sampling is None else doc.sampling
     unknown = set(sampling) - rule_fields
     if unknown:
         raise SuiteError(f"{where}: [sampling] unknown keys {sorted(unknown)} (known: {sorted(rule_fields)})")
@@ -192,21 +194,23 @@ def parse_suite(data: dict, where: str = "suite") -> Suite:
         rule = StopRule(**sampling)
     except (TypeError, ValueError) as exc:
         raise SuiteError(f"{where}: [sampling] {exc}") from None
-    groups = data.get("group", [])
+    groups = [] if doc.group is None else doc.group
     if not isinstance(groups, list):
         raise SuiteError(f"{where}: 'group' must be an array of tables")
     entries = []
     for i, group in enumerate(groups):
-        label = group.get("name", f"group{i}")
+        given = SuiteGroup.from_json(group).name
+        label = f"group{i}" if given is None else given
         entries += [(s, m, label) for s, m in _expand_group(group, f"{where} group {label!r}")]
-    primary = data.get("primary_mode", "cold")
+    primary = "cold" if doc.primary_mode is None else doc.primary_mode
     if primary not in MODES:
         raise SuiteError(f"{where}: primary_mode must be one of {MODES}")
-    budget = data.get("budget_s", 90)
+    budget = 90 if doc.budget_s is None else doc.budget_s
     if not isinstance(budget, (int, float)) or budget <= 0:
         raise SuiteError(f"{where}: budget_s must be a positive number")
-    return Suite(name, _merge(entries), rule, parse_shape(data.get("canonical", "B=16,H=16,S=512,D=64")),
-                 primary, float(budget), data.get("description", ""))
+    canonical = "B=16,H=16,S=512,D=64" if doc.canonical is None else doc.canonical
+    return Suite(name, _merge(entries), rule, parse_shape(canonical), primary, float(budget),
+                 "" if doc.description is None else doc.description)
 
 
 def load_suite(name_or_path: str | Path, repo: Path) -> Suite:

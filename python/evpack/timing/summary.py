@@ -98,8 +98,8 @@ def build_rows(records: list[dict], samples: dict[str, list[float]], rates: dict
     views = bench_rows(rows)
     sdpa = {(r.shape, r.mode, r.variant): r.median_us for r in views
             if r.impl == SDPA and r.status == "ok" and r.median_us}
-    return [row if r.median_us is None else dict(row, speedup_vs=_speedups(r, sdpa)) for row, r in zip(rows, views,
-                                                                                                       strict=True)]
+    return [row if r.median_us is None else dict(row, speedup_vs=_speedups(r, sdpa))
+            for row, r in zip(rows, views, strict=True)]
 
 
 def _speedups(row: BenchRow, sdpa: dict) -> dict[str, float]:
