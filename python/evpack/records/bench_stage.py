@@ -35,26 +35,6 @@ class StageRun(View):
 
 
 @dataclass(frozen=True)
-class ProbeEntry(View):
-    """One kernel of content_probe.json (its times are judged by timing/content_probe.py)."""
-
-    impl: Any = None
-    variant: Any = None
-    config: Any = None
-    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class ContentProbe(View):
-    """content_probe.json: every kernel of ours at the canonical shape, identical content against fresh."""
-
-    shape: Any = None
-    rule: Any = None
-    entries: tuple[ProbeEntry, ...] = ()
-    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
 class ProbeVerdict(View):
     """content_probe.judge of one entry: flagged (None: could not judge), the ratio and why."""
 

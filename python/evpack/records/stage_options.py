@@ -12,14 +12,6 @@ from .view import View
 
 
 @dataclass(frozen=True)
-class Baseline(View):
-    """options.baseline (--baseline REF): the REF's build, as timing/ab_stage.py prepares it."""
-
-    commit: Any = None
-    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
 class RunOptions(View):
     """The options a stage reads (the rest stay in `raw`)."""
 
@@ -31,5 +23,5 @@ class RunOptions(View):
     carry: Any = None  # {stage: [variant, ...]} an incremental run carries from an earlier pack
     cost_per_hour: Any = None
     previous_pack: Any = None
-    baseline: Any = None  # the A/B's base (Baseline), None without --baseline
+    baseline: Any = None  # the A/B's base (records/ab.py BaselineOption), None without --baseline
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)

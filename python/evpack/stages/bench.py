@@ -41,10 +41,10 @@ import time
 from pathlib import Path
 
 from ..model import PackFacts
-from ..records.bench import AbRecord, BenchRow, Clocks
+from ..records.ab import BaselineOption
+from ..records.bench import AbRecord, BenchRow, Clocks, ContentProbe
 from ..records.bench_stage import (
     BenchOutcomeData,
-    ContentProbe,
     HarnessCounters,
     IntegrityVerdict,
     OutcomeExtras,
@@ -53,7 +53,7 @@ from ..records.bench_stage import (
     StageRun,
 )
 from ..records.binary import BinaryRecord
-from ..records.stage_options import Baseline, RunOptions
+from ..records.stage_options import RunOptions
 from ..timing import ab_stage, content_probe, plots, shards
 from ..timing import summary as sm
 from ..timing.suites import ADHOC, Suite, load_suite, with_adhoc
@@ -247,7 +247,7 @@ def _run(ctx: StageContext, t_start: float) -> None:
 def _baseline_commit(opts: dict) -> dict:
     """run.json's record that this run had a baseline (derive then requires ab.json)."""
     spec = RunOptions.from_json(opts).baseline
-    return {"baseline_commit": Baseline.from_json(spec).commit} if spec else {}
+    return {"baseline_commit": BaselineOption.from_json(spec).commit} if spec else {}
 
 
 def _prepare_base(ctx: StageContext, head_sha256: str):
