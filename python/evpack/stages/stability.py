@@ -21,6 +21,8 @@ from pathlib import Path
 from ..markdown import text  # report_md: every pack value escaped
 from ..parsers.symbols import describe, parse_symbol
 from ..records.canary import OBSERVED_FIRST, CanaryRecord
+from ..records.required import as_view
+from ..records.stability import AliasPhase, Cell, Phase, RunRecord, RunView, StabilityResult, StabilityRow
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst
 from .canaries import pack_schema
 from .order import declared
@@ -69,56 +71,55 @@ def oracle_jobs(repo: Path, stage_dir: Path, variants: list[str], canaries, laun
     return jobs
 
 
-def graph_kernel_problems(graph_row: dict) -> list[str]:
+def graph_kernel_problems(graph_row: dict | Phase) -> list[str]:
     """Why a captured graph does not hold exactly the call's own kernel (empty when it does): the nodes were not
     read, no kernel node, a kernel node of another kernel (named: the variant and config it belongs to, or
     'not from the extension'), or a node whose body is not inspected (conditional). Pure."""
-    if graph_row.get("nodes") is None:
-        return [f"graph nodes not read ({graph_row.get('nodes_error')})"]
-    own = graph_row["own_kernel"]
-    want = (own["variant"], own["config"], own["dtype"], own["D"])
-    kernels = [n for n in graph_row["nodes"] if n.get("type") == "kernel"]
-    problems = [f"a {n['type']} node (its body is not inspected)" for n in graph_row["nodes"]
-                if n.get("type") == "conditional"]
+    graph = as_view(Phase, graph_row)
+    if graph.nodes is None:
+        return [f"graph nodes not read ({graph.nodes_error})"]
+    want = graph.own_kernel.kernel
+    nodes = graph.node_views
+    kernels = [n for n in nodes if n.type == "kernel"]
+    problems = [f"a {n.type} node (its body is not inspected)" for n in nodes if n.type == "conditional"]
     if not kernels:
         problems.append("no kernel node")
     for n in kernels:
-        name = n.get("name") or ""
+        name = n.name or ""
         parsed = parse_symbol(name)
         if parsed is None or (parsed.variant, parsed.config, parsed.dtype, parsed.head_dim) != want:
             problems.append(f"a kernel of {describe(name) if name else 'no name'}")
     return problems
 
 
-def alias_problems(alias_row: dict) -> list[str]:
+def alias_problems(alias_row: dict | AliasPhase) -> list[str]:
     """What the aliasing phase saw (empty when clean): outputs changed after later calls, outputs out of bound
     for their own inputs, outputs sharing memory with inputs or other outputs. Pure."""
+    alias = as_view(AliasPhase, alias_row)
     notes = []
-    if alias_row["overwritten"]:
-        notes.append(f"outputs of calls {alias_row['overwritten']} of {alias_row['calls']} changed after later "
-                     f"calls")
-    if alias_row["wrong"]:
-        notes.append(f"outputs of calls {alias_row['wrong']} out of bound for their own inputs "
-                     f"(err {alias_row['worst_err']:.3g})")
-    if alias_row["overlaps"]:
-        notes.append("outputs share memory with " + ", ".join(f"{a}/{b}" for a, b in alias_row["overlaps"][:4]))
+    if alias.overwritten:
+        notes.append(f"outputs of calls {alias.overwritten} of {alias.calls} changed after later calls")
+    if alias.wrong:
+        notes.append(f"outputs of calls {alias.wrong} out of bound for their own inputs (err {alias.worst_err:.3g})")
+    if alias.overlaps:
+        notes.append("outputs share memory with " + ", ".join(f"{a}/{b}" for a, b in alias.overlaps[:4]))
     return notes
 
 
-def row_checks(row: dict, schema: int) -> dict[str, list[str]]:
+# The schema-3 checks of a row, in the order a failed row names them, and how its reason names each.
+CHECK_LABELS = {"graph_kernel": "captured graph", "alias": "aliasing"}
+
+
+def row_checks(row: dict | StabilityRow, schema: int) -> dict[str, list[str]]:
     """The problems of one row's schema-3 checks by name ("graph_kernel", "alias"); a check a schema-3 row does
     not record is a problem (a gate that did not run is never a pass), one an older row lacks is not asked."""
-    checks: dict[str, list[str]] = {}
-    graph_row, alias_row = row.get("graph"), row.get("alias")
-    if graph_row is not None and "nodes" in graph_row:
-        checks["graph_kernel"] = graph_kernel_problems(graph_row)
-    elif schema >= NEW_CHECKS_SCHEMA and row.get("error") is None:
-        checks["graph_kernel"] = ["its nodes were not recorded"]
-    if alias_row is not None:
-        checks["alias"] = alias_problems(alias_row)
-    elif schema >= NEW_CHECKS_SCHEMA and row.get("error") is None:
-        checks["alias"] = ["the phase was not recorded"]
-    return checks
+    r = as_view(StabilityRow, row)
+    asked = schema >= NEW_CHECKS_SCHEMA and r.error is None
+    graph = graph_kernel_problems(r.graph) if r.given("graph") and r.graph.has("nodes") else \
+        ["its nodes were not recorded"] if asked else None
+    alias = alias_problems(r.alias) if r.given("alias") else ["the phase was not recorded"] if asked else None
+    return {check: problems for check, problems in (("graph_kernel", graph), ("alias", alias))
+            if problems is not None}
 
 
 # Per phase, the counters of its runs that differed (the eager launches, the graph replays).
@@ -126,23 +127,24 @@ MISMATCH_COUNTS = {"eager": ("mismatched_elements", "mismatched_launches"),
                    "graph": ("mismatched_elements", "mismatched_replays")}
 
 
-def row_passed(row: dict) -> bool:
+def row_passed(row: dict | StabilityRow) -> bool:
     """A row's verdict from its own fields, as the oracle decides it (oracles/stability.py): no CUDA error and, in
     the eager and the graph phase, no element, launch or replay that differed, no input element changed and no
     bad in-place refill. Rows of older oracles are judged on the fields they record (the first packs hold no
     input comparison and no refills). The captured-graph and aliasing checks are derive()'s own (row_checks)."""
-    if row.get("error") is not None:
+    r = as_view(StabilityRow, row)
+    if r.error is not None:
         return False
     for phase, counts in MISMATCH_COUNTS.items():
-        ph = row[phase]
-        if any(ph.get(k, 0) != 0 for k in (*counts, "inputs_changed")):
+        ph = r.phase(phase)
+        if any(ph.counter(k) != 0 for k in (*counts, "inputs_changed")):
             return False
-        if "refill" in ph and ph["refill"]["bad_rounds"] != 0:
+        if ph.has("refill") and ph.refill.bad_rounds != 0:
             return False
     return True
 
 
-def flag_mismatch(rows: list[dict], failed_checks: dict[int, dict]) -> str | None:
+def flag_mismatch(rows: list[StabilityRow], failed_checks: dict[int, dict]) -> str | None:
     """The first row whose stored `passed` disagrees with its own fields (row_passed), named; None when every flag
     agrees. A row flagged failed whose fields are clean agrees only when one of its schema-3 checks failed (the
     oracle's flag includes them); derive() never takes a verdict from the flag."""
@@ -151,109 +153,110 @@ def flag_mismatch(rows: list[dict], failed_checks: dict[int, dict]) -> str | Non
             ok = row_passed(r)
         except (KeyError, TypeError, AttributeError) as exc:
             return f"row {i} has no readable verdict ({type(exc).__name__}: {exc})"
-        flag = r.get("passed")
+        flag = r.passed
         if flag is True and ok or flag is False and (not ok or failed_checks.get(i)):
             continue
-        return (f"row {i} ({r.get('config')} causal={r.get('causal')}) records passed={flag} but its fields give "
-                f"{ok and not failed_checks.get(i)} (error {r.get('error')!r}, "
-                + ", ".join(f"{phase} {k} {(r.get(phase) or {}).get(k, '-')}"
+        return (f"row {i} ({r.config} causal={r.causal}) records passed={flag} but its fields give "
+                f"{ok and not failed_checks.get(i)} (error {r.error!r}, "
+                + ", ".join(f"{phase} {k} {r.phase_or_empty(phase).counter(k, '-')}"
                             for phase, counts in MISMATCH_COUNTS.items() for k in (*counts, "inputs_changed"))
                 + ")")
     return None
 
 
-def _cell(stage_dir: Path, name: str, schema: int) -> tuple[str, str, dict]:
+def _cell(stage_dir: Path, name: str, schema: int) -> tuple[str, str, Cell]:
     problem = proc_problem(stage_dir, name)
     if problem:
-        return ERROR, problem, {}
+        return ERROR, problem, Cell()
     try:
-        res = read_json(stage_dir / f"{name}.json", allow_nan=True)
+        res = StabilityResult.from_json(read_json(stage_dir / f"{name}.json", allow_nan=True))
     except (FileNotFoundError, ValueError) as exc:
-        return ERROR, f"{name}: no readable result ({exc})", {}
-    rows = res["rows"]
+        return ERROR, f"{name}: no readable result ({exc})", Cell()
+    rows = res.row_views
     if not rows:
-        return ERROR, f"{name}: no config was checked", res
+        return ERROR, f"{name}: no config was checked", Cell(res)
     failed_checks = {i: {c: p for c, p in row_checks(r, schema).items() if p} for i, r in enumerate(rows)}
     mismatch = flag_mismatch(rows, failed_checks)
     if mismatch:
-        res["flag_mismatch"] = mismatch
-        return ERROR, f"{name}: {mismatch}", res
-    if res.get("first_error"):
-        return FAIL, f"{name}: CUDA error: {res['first_error']}", res
-    res["failed_checks"] = sorted({c for f in failed_checks.values() for c in f})
+        return ERROR, f"{name}: {mismatch}", Cell(res, flag_mismatch=mismatch)
+    if res.first_error:
+        return FAIL, f"{name}: CUDA error: {res.first_error}", Cell(res)
+    cell = Cell(res, failed_checks=sorted({c for f in failed_checks.values() for c in f}))
     bad = [i for i, r in enumerate(rows) if not row_passed(r) or failed_checks[i]]
     if bad:
         r, checks = rows[bad[0]], failed_checks[bad[0]]
-        if r.get("error") is not None:  # a row's CUDA error that first_error does not record
-            return FAIL, f"{name}: {r['config']} causal={r['causal']}: CUDA error: {r['error']}", res
-        launches, replays = r["eager"]["mismatched_launches"], r["graph"]["mismatched_replays"]
+        if r.error is not None:  # a row's CUDA error that first_error does not record
+            return FAIL, f"{name}: {r.config} causal={r.causal}: CUDA error: {r.error}", cell
+        launches, replays = r.eager.mismatched_launches, r.graph.mismatched_replays
         parts = [f"{launches} eager launches and {replays} graph replays differ bitwise"] if (
             launches or replays or not checks) else []
-        parts += [f"captured graph: {'; '.join(checks['graph_kernel'])}"] if "graph_kernel" in checks else []
-        parts += [f"aliasing: {'; '.join(checks['alias'])}"] if "alias" in checks else []
-        return FAIL, f"{name}: {r['config']} causal={r['causal']}: " + "; ".join(parts) + _new_checks(r), res
-    n = rows[0]["eager"]["launches"]
+        parts += [f"{CHECK_LABELS[c]}: {'; '.join(checks[c])}" for c in CHECK_LABELS if c in checks]
+        return FAIL, f"{name}: {r.config} causal={r.causal}: " + "; ".join(parts) + _new_checks(r), cell
+    first = rows[0]
+    n = first.eager.launches
     extra = ""
-    if "refill" in rows[0]["eager"]:
-        extra = f", {rows[0]['eager']['refill']['rounds']} + {rows[0]['graph']['refill']['rounds']} in-place refills"
-    if "alias" in rows[0]:
-        extra += (f", {rows[0]['alias']['calls']} kept outputs rechecked, each captured graph holding its own "
-                  f"kernel only")
-    return PASS, f"{name}: {len(rows)} config x causal cells bitwise stable over {n} launches + {n} replays{extra}", res
+    if first.eager.has("refill"):
+        extra = f", {first.eager.refill.rounds} + {first.graph.refill.rounds} in-place refills"
+    if first.has("alias"):
+        extra += f", {first.alias.calls} kept outputs rechecked, each captured graph holding its own kernel only"
+    return PASS, f"{name}: {len(rows)} config x causal cells bitwise stable over {n} launches + {n} replays{extra}", \
+        cell
 
 
-def _new_checks(row: dict) -> str:
+def _new_checks(row: StabilityRow) -> str:
     """The refill / input findings of a failed row (rows of packs that record them)."""
     notes = []
     for phase in ("eager", "graph"):
-        ph = row[phase]
-        if "refill" not in ph:
+        ph = row.phase(phase)
+        if not ph.has("refill"):
             continue
-        if ph["refill"]["bad_rounds"]:
-            notes.append(f"{phase}: {ph['refill']['bad_rounds']}/{ph['refill']['rounds']} in-place refills behind a "
-                         f"side-stream producer gave a wrong output (err {ph['refill']['worst_err']:.3g}): stale "
-                         f"result or a launch outside the caller's stream")
-        if ph["inputs_changed"]:
-            notes.append(f"{phase}: {ph['inputs_changed']} input elements changed")
+        refill = ph.refill
+        if refill.bad_rounds:
+            notes.append(f"{phase}: {refill.bad_rounds}/{refill.rounds} in-place refills behind a side-stream "
+                         f"producer gave a wrong output (err {refill.worst_err:.3g}): stale result or a launch "
+                         f"outside the caller's stream")
+        if ph.inputs_changed:
+            notes.append(f"{phase}: {ph.inputs_changed} input elements changed")
     return "".join(f"; {n}" for n in notes)
 
 
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     procs = read_json(stage_dir / "procs.json")
     schema = pack_schema(pack_dir)
-    cells, data = {}, {"variants": {}, "diagnostic": {}}
+    cells, runs = {}, {"variants": {}, "diagnostic": {}}
     for name in procs:
         if name in CANARIES:
             continue
-        status, reason, res = _cell(stage_dir, name, schema)
+        status, reason, cell = _cell(stage_dir, name, schema)
         cells[name] = (status, reason)
         key = "diagnostic" if name.endswith(".diagnostic") else "variants"
-        data[key][name] = {"status": status, "reason": reason, "first_error": res.get("first_error"),
-                           "graph_capture_s": [r["graph"]["capture_s"] for r in res.get("rows", [])
-                                               if r.get("graph")]}
-    data["canaries"] = []
+        runs[key][name] = RunRecord(status, reason, cell.first_error,
+                                    [r.graph.capture_s for r in cell.rows if r.given("graph") and r.graph.raw]
+                                    ).to_json()
+    canaries = []
     for c in (c for c in CANARIES if c in procs):
-        c_status, c_reason, res = _cell(stage_dir, c, schema)
+        c_status, c_reason, cell = _cell(stage_dir, c, schema)
         entry = CanaryRecord(c, c_status == FAIL, c_status, expected="fail", reason=c_reason, layout=OBSERVED_FIRST)
         if c in CANARY_CHECK:  # caught only by the check it plants a fault for
             check = CANARY_CHECK[c]
-            fired = res.get("failed_checks", [])
+            fired = cell.failed_checks or []
             entry = replace(entry, expected=f"fail by the {check} check", caught=c_status == FAIL and check in fired,
                             observed=f"{c_status}: failed checks {', '.join(fired) or 'none'}")
-        data["canaries"].append(entry.to_json())
-        if res.get("flag_mismatch"):  # a canary result whose flags contradict its fields: not the oracle's record
+        canaries.append(entry.to_json())
+        if cell.flag_mismatch:  # a canary result whose flags contradict its fields: not the oracle's record
             cells[c] = (ERROR, c_reason)
     status = worst(s for s, _ in cells.values())
     reason = "; ".join(r for s, r in cells.values() if s != PASS) or \
         f"{len(cells)} runs stable (incl. CUDA_LAUNCH_BLOCKING=1 TORCH_USE_CUDA_DSA=1 replays)"
-    return StageOutcome(status, reason, data)
+    return StageOutcome(status, reason, {**runs, "canaries": canaries})
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     lines = ["| run | status | detail |", "|---|---|---|"]
     for key in ("variants", "diagnostic"):
         for n, v in outcome.data.get(key, {}).items():
-            lines.append(f"| {text(n)} | {text(v['status'])} | {text(v['reason'])} |")
+            run = RunView.from_json(v)
+            lines.append(f"| {text(n)} | {text(run.status)} | {text(run.reason)} |")
     return "\n".join(lines)
 
 
