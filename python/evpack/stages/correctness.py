@@ -25,6 +25,17 @@ from ..markdown import text  # report_md: every pack value escaped
 from ..model import SCHEMA_VERSION
 from ..packfs import member, read_stored, write_stored
 from ..records.canary import OBSERVED_FIRST, CanaryRecord
+from ..records.correctness import (
+    CaseRow,
+    CorrectnessData,
+    CorrectnessResult,
+    ShortcutFile,
+    ShortcutSummary,
+    VariantSummary,
+    VariantView,
+)
+from ..records.proc_run import ProcRun
+from ..records.required import as_view
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .canaries import pack_schema
 from .order import declared
@@ -132,12 +143,12 @@ def oracle_jobs(repo: Path, stage_dir: Path, variants: list[str], canaries, seed
     return jobs
 
 
-def _variant_status(stage_dir: Path, name: str) -> tuple[str, str, list[dict]]:
+def _variant_status(stage_dir: Path, name: str) -> tuple[str, str, list[CaseRow]]:
     problem = proc_problem(stage_dir, name)
     if problem:
         return ERROR, problem, []
     try:
-        rows = read_member_json(stage_dir, f"{name}.json", allow_nan=True)["rows"]
+        rows = CorrectnessResult.from_json(read_member_json(stage_dir, f"{name}.json", allow_nan=True)).row_views
     except (FileNotFoundError, KeyError, ValueError) as exc:
         return ERROR, f"{name}: no readable result ({exc})", []
     if not rows:
@@ -147,27 +158,27 @@ def _variant_status(stage_dir: Path, name: str) -> tuple[str, str, list[dict]]:
         return ERROR, f"{name}: {mismatch}", rows
     bad = [r for r in rows if not row_passed(r)]
     if bad:
-        out = [r for r in bad if not r["max_err"] <= r["bound"]]
+        out = [r for r in bad if not r.max_err <= r.bound]
         if not out:  # every failed case was within the bound: the input comparison failed them
             return FAIL, f"{name}: {len(bad)}/{len(rows)} cases failed" + _cheat_notes(bad), rows
-        w = min(out, key=lambda r: r["margin"] if r["margin"] == r["margin"] else float("-inf"))
+        w = min(out, key=lambda r: r.margin if r.margin == r.margin else float("-inf"))
         head = f"{len(bad)}/{len(rows)} cases out of bound" if len(out) == len(bad) else \
             f"{len(bad)}/{len(rows)} cases failed, {len(out)} out of bound"
-        reason = (f"{name}: {head}, worst {w['config']} "
-                  f"{w['dtype']} D={w['D']} S={w['S']} causal={w['causal']}: err {w['max_err']:.3g} "
-                  f"> bound {w['bound']:.3g}")
+        reason = (f"{name}: {head}, worst {w.config} {w.dtype} D={w.D} S={w.S} causal={w.causal}: err "
+                  f"{w.max_err:.3g} > bound {w.bound:.3g}")
         return FAIL, reason + _cheat_notes(bad), rows
     return PASS, f"{name}: {len(rows)} cases within bound", rows
 
 
-def row_passed(row: dict) -> bool:
+def row_passed(row: dict | CaseRow) -> bool:
     """A case's verdict from its numbers, as the oracle decides it (oracles/correctness.py): every output element
     finite, max_err <= bound (a NaN error is a failure) and no input element changed. Rows of older oracles that
     do not record nonfinite or inputs_changed are judged on the fields they hold."""
-    return row.get("nonfinite", 0) == 0 and row["max_err"] <= row["bound"] and row.get("inputs_changed", 0) == 0
+    r = as_view(CaseRow, row)
+    return r.nonfinite_count == 0 and r.max_err <= r.bound and r.changed_count == 0
 
 
-def flag_mismatch(rows: list[dict]) -> str | None:
+def flag_mismatch(rows: list[CaseRow]) -> str | None:
     """The first row whose stored `passed` disagrees with its own numbers (row_passed), named; None when every
     flag agrees. derive() never takes a verdict from the flag, and a result whose flags contradict its numbers
     was not written by the oracle as it stands."""
@@ -176,24 +187,24 @@ def flag_mismatch(rows: list[dict]) -> str | None:
             ok = row_passed(r)
         except (KeyError, TypeError) as exc:
             return f"row {i} has no readable verdict ({type(exc).__name__}: {exc})"
-        if r.get("passed") is not ok:
-            return (f"row {i} ({r['config']} {r['dtype']} D={r['D']} S={r['S']} causal={r['causal']}) records "
-                    f"passed={r.get('passed')} but its numbers give {ok} (err {r['max_err']:.3g}, bound "
-                    f"{r['bound']:.3g}, nonfinite {r.get('nonfinite', '-')}, inputs changed "
-                    f"{r.get('inputs_changed', '-')})")
+        if r.passed is not ok:
+            return (f"row {i} ({r.config} {r.dtype} D={r.D} S={r.S} causal={r.causal}) records "
+                    f"passed={r.passed} but its numbers give {ok} (err {r.max_err:.3g}, bound "
+                    f"{r.bound:.3g}, nonfinite {r.nonfinite if r.has('nonfinite') else '-'}, inputs changed "
+                    f"{r.inputs_changed if r.has('inputs_changed') else '-'})")
     return None
 
 
-def _cheat_notes(bad: list[dict]) -> str:
+def _cheat_notes(bad: list[CaseRow]) -> str:
     """What the poison and the input comparison saw (rows of packs that record them)."""
     notes = []
-    unwritten = [r for r in bad if r.get("nonfinite")]
-    mutated = [r for r in bad if r.get("inputs_changed")]
-    if unwritten and "ref_max" in bad[0]:
+    unwritten = [r for r in bad if r.nonfinite]
+    mutated = [r for r in bad if r.inputs_changed]
+    if unwritten and bad[0].has("ref_max"):
         notes.append(f"{len(unwritten)} cases left NaN-poisoned output elements unwritten "
-                     f"(up to {max(r['nonfinite'] for r in unwritten)})")
+                     f"(up to {max(r.nonfinite for r in unwritten)})")
     if mutated:
-        notes.append(f"{len(mutated)} cases changed q/k/v (up to {max(r['inputs_changed'] for r in mutated)} elements)")
+        notes.append(f"{len(mutated)} cases changed q/k/v (up to {max(r.inputs_changed for r in mutated)} elements)")
     return "".join(f"; {n}" for n in notes)
 
 
@@ -202,16 +213,16 @@ def least_generator(schema: int) -> int:
     return max([g for s, g in MIN_GENERATOR.items() if s <= schema], default=KNOWN_GENERATORS[0])
 
 
-def shortcut_problems(stage_dir: Path, rows_by_variant: dict[str, list[dict]], *,
+def shortcut_problems(stage_dir: Path, rows_by_variant: dict[str, list[CaseRow]], *,
                       schema: int = SCHEMA_VERSION) -> list[str]:
     """Why the seeded shortcut set is not fully proven (empty when it is): re-derived from the seed with the
     generator the pack recorded, which must be one the pack's schema allows."""
     try:
-        rec = read_json(stage_dir / SHORTCUT_FILE)
-        seed, written = rec["seed"], rec["cases"]
+        rec = ShortcutFile.from_json(read_json(stage_dir / SHORTCUT_FILE))
+        seed, written = rec.seed, rec.cases
     except (FileNotFoundError, KeyError, ValueError, TypeError) as exc:
         return [f"{SHORTCUT_FILE} unreadable ({exc})"]
-    generator = rec.get("generator")
+    generator = rec.generator
     if generator not in KNOWN_GENERATORS:
         return [f"{SHORTCUT_FILE}: generator {generator!r} is not one this code knows "
                 f"({', '.join(map(str, KNOWN_GENERATORS))})"]
@@ -229,17 +240,18 @@ def shortcut_problems(stage_dir: Path, rows_by_variant: dict[str, list[dict]], *
         except ValueError:
             problems.append(f"{name}: not a registered variant")
             continue
-        checked = {(r.get("case"), r["config"]) for r in rows if r.get("set") == "shortcut"}
-        want = [(c["case"], cfg.name) for c in cases if c["dtype"] in var.dtypes and c["D"] in var.head_dims
-                for cfg in var.configs]
+        rows = [as_view(CaseRow, r) for r in rows]
+        checked = {(r.case, r.config) for r in rows if r.set == "shortcut"}
+        want = [(c.case, cfg.name) for c in map(CaseRow.from_json, cases) if c.dtype in var.dtypes
+                and c.D in var.head_dims for cfg in var.configs]
         missing = [w for w in want if w not in checked]
         if missing:
             problems.append(f"{name}: {len(missing)}/{len(want)} shortcut cases not checked (first {missing[0]})")
-        weak = [r for r in rows if r.get("ref_max") is not None and not r["ref_max"] >= REF_RATIO_MIN * r["bound"]]
+        weak = [r for r in rows if r.given("ref_max") and not r.ref_max >= REF_RATIO_MIN * r.bound]
         if weak:
             w = weak[0]
             problems.append(f"{name}: {len(weak)} cases where max|ref| < {REF_RATIO_MIN:g} x bound (first "
-                            f"{w['dtype']} D={w['D']} S={w['S']}: {w['ref_max']:.3g} vs {w['bound']:.3g}): "
+                            f"{w.dtype} D={w.D} S={w.S}: {w.ref_max:.3g} vs {w.bound:.3g}): "
                             f"a zero output would pass")
     return problems
 
@@ -248,7 +260,7 @@ def required_files(stage_dir: Path) -> tuple[str, ...]:
     """REQUIRED_FILES, and the shortcut set's seed file when a cell was run on it (its command says so)."""
     try:
         procs = read_json(stage_dir / "procs.json")
-        seeded = any("--shortcut-seed" in rec.get("cmd", ()) for rec in procs.values())
+        seeded = any("--shortcut-seed" in ProcRun.of(rec).command for rec in procs.values())
     except (OSError, ValueError, AttributeError, TypeError):
         return REQUIRED_FILES  # unreadable: the derivation names it
     return REQUIRED_FILES + ((SHORTCUT_FILE,) if seeded else ())
@@ -262,9 +274,8 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         status, reason, rows = _variant_status(stage_dir, n)
         results[n] = (status, reason)
         all_rows[n] = rows
-        per_variant[n] = {"status": status, "reason": reason, "cases": len(rows),
-                          "min_margin": min((r["margin"] for r in rows), default=None),
-                          "max_err": max((r["max_err"] for r in rows), default=None)}
+        per_variant[n] = VariantSummary(status, reason, len(rows), min((r.margin for r in rows), default=None),
+                                        max((r.max_err for r in rows), default=None))
     canaries = []
     for c in (c for c in CANARIES if c in procs):
         entry, rows = _canary(stage_dir, c)
@@ -274,21 +285,23 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
             results[c] = (ERROR, f"{c}: {mismatch}")
     status = worst(s for s, _ in results.values())
     reason = "; ".join(r for s, r in results.values() if s != PASS) or \
-        f"{sum(v['cases'] for v in per_variant.values())} cases within the bound for {', '.join(names)}"
-    data = {"variants": per_variant, "canaries": canaries}
+        f"{sum(v.cases for v in per_variant.values())} cases within the bound for {', '.join(names)}"
+    shortcut = None
     if (stage_dir / SHORTCUT_FILE).exists():  # packs before the shortcut set have no such file
         problems = shortcut_problems(stage_dir, {n: rows for n, rows in all_rows.items() if rows},
                                      schema=pack_schema(pack_dir))
-        shortcut_rows = [r for rows in all_rows.values() for r in rows if r.get("set") == "shortcut"]
-        data["shortcut"] = {"seed": read_json(stage_dir / SHORTCUT_FILE).get("seed"), "rows": len(shortcut_rows),
-                            "problems": problems,
-                            "min_ref_ratio": min((r["ref_max"] / r["bound"] for rows in all_rows.values()
-                                                  for r in rows if r.get("bound")), default=None)}
+        shortcut_rows = [r for rows in all_rows.values() for r in rows if r.set == "shortcut"]
+        shortcut = ShortcutSummary(ShortcutFile.from_json(read_json(stage_dir / SHORTCUT_FILE)).recorded_seed,
+                                   len(shortcut_rows), problems,
+                                   min((r.ref_max / r.bound for rows in all_rows.values() for r in rows
+                                        if r.given("bound") and r.bound), default=None))
         if problems:
             status = ERROR
             reason = "; ".join(problems + [r for s, r in results.values() if s != PASS])
         elif status == PASS:
-            reason += f" (incl. {len(shortcut_rows)} seeded shortcut cases, seed {data['shortcut']['seed']})"
+            reason += f" (incl. {len(shortcut_rows)} seeded shortcut cases, seed {shortcut.seed})"
+    data = {"variants": {n: v.to_json() for n, v in per_variant.items()}, "canaries": canaries,
+            **({"shortcut": shortcut.to_json()} if shortcut is not None else {})}
     return StageOutcome(status, reason, data)
 
 
@@ -297,14 +310,14 @@ def _canary_entry(stage_dir: Path, name: str) -> dict:
     return _canary(stage_dir, name)[0]
 
 
-def _canary(stage_dir: Path, name: str) -> tuple[dict, list[dict]]:
+def _canary(stage_dir: Path, name: str) -> tuple[dict, list[CaseRow]]:
     """The canary's row of the matrix, and its result rows: caught when this gate failed it on its numbers (a row
     flagged failed whose numbers are within the bound is an ERROR, never a catch); the family canary only when a
     case of a structured family failed (its fault is invisible to the normal grid and to the older families)."""
     status, reason, rows = _variant_status(stage_dir, name)
     entry = CanaryRecord(name, status == FAIL, status, expected="fail", reason=reason, layout=OBSERVED_FIRST)
     if name == FAMILY_CANARY:
-        failed = sorted({r.get("dist", "normal") for r in rows if not row_passed(r)})
+        failed = sorted({r.family for r in rows if not row_passed(r)})
         structured = [f for f in failed if f in STRUCTURED_FAMILIES]
         entry = replace(entry, expected=f"fail on a structured family ({', '.join(STRUCTURED_FAMILIES)})",
                         caught=status == FAIL and bool(structured),
@@ -320,24 +333,26 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     lines = ["Bound: max |out - ref| <= 2 x PyTorch same-precision error + rounding floor (float64 reference; "
              "NaN-poisoned outputs).", "", "| variant | status | cases | max error | min margin |",
              "|---|---|---|---|---|"]
-    for n, v in outcome.data.get("variants", {}).items():
-        lines.append(f"| {text(n)} | {text(v['status'])} | {text(v['cases'])} | {_fmt(v['max_err'])} | "
-                     f"{_fmt(v['min_margin'])} |")
+    variants = CorrectnessData.from_json(outcome.data).variants
+    for n, value in variants.items():
+        v = VariantView.from_json(value)
+        lines.append(f"| {text(n)} | {text(v.status)} | {text(v.cases)} | {_fmt(v.max_err)} | "
+                     f"{_fmt(v.min_margin)} |")
     lines += ["", "Per config x dtype x head dim (worst case):", "",
               "| variant | config | dtype | D | cases | max error | bound at worst | pass |", "|---|---|---|---|---|---|---|---|"]
-    for n in outcome.data.get("variants", {}):
+    for n in variants:
         try:
             if not member(stage_dir, f"{n}.json").exists():
                 continue
         except ValueError:
             continue
         groups: dict = {}
-        for r in read_member_json(stage_dir, f"{n}.json", allow_nan=True)["rows"]:
-            groups.setdefault((r["config"], r["dtype"], r["D"]), []).append(r)
+        for r in CorrectnessResult.from_json(read_member_json(stage_dir, f"{n}.json", allow_nan=True)).row_views:
+            groups.setdefault((r.config, r.dtype, r.D), []).append(r)
         for (cfg, dt, d), rows in sorted(groups.items()):
-            w = min(rows, key=lambda r: r["margin"])
-            lines.append(f"| {text(n)} | {text(cfg)} | {text(dt)} | {text(d)} | {len(rows)} | {w['max_err']:.3g} | "
-                         f"{w['bound']:.3g} | "
+            w = min(rows, key=lambda r: r.margin)
+            lines.append(f"| {text(n)} | {text(cfg)} | {text(dt)} | {text(d)} | {len(rows)} | {w.max_err:.3g} | "
+                         f"{w.bound:.3g} | "
                          f"{'yes' if all(row_passed(r) for r in rows) else 'NO'} |")
     return "\n".join(lines)
 
