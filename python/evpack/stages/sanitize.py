@@ -9,6 +9,8 @@ from .. import registry
 from ..markdown import code, text  # report_md: every pack value escaped
 from ..parsers.sanitizer import TOOLS, canary_caught, cell_status, parse_sanitizer
 from ..records.canary import CanaryRecord
+from ..records.proc_run import ProcRun
+from ..records.sanitize import SanitizeCell, SanitizeData, SanitizeRun
 from ..tools import find_tool
 from .base import ERROR, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .order import declared
@@ -75,44 +77,49 @@ def run(ctx: StageContext) -> None:
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     if (stage_dir / "missing_tool.json").exists():
         return StageOutcome(ERROR, "compute-sanitizer not found on PATH or in CUDA_HOME")
-    procs = read_json(stage_dir / "procs.json")
+    procs = {name: ProcRun.of(rec) for name, rec in read_json(stage_dir / "procs.json").items()}
     cells, canaries = [], []
     for name, rec in procs.items():
         tool, variant, config = name.split(".", 2)
         log = stage_dir / f"{name}.log"
         text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
         res = parse_sanitizer(text, tool)
-        row = {"tool": tool, "variant": variant, "config": config, "returncode": rec["returncode"],
-               "duration_s": rec["duration_s"], **{k: v for k, v in res.to_json().items() if k != "tool"}}
         if variant.startswith("canary_"):
-            caught = canary_caught(res, rec["returncode"])
+            caught = canary_caught(res, rec.returncode)
             canaries.append(CanaryRecord(
-                variant, caught, ", ".join(res.records) or f"exit {rec['returncode']}, no records", tool=tool,
+                variant, caught, ", ".join(res.records) or f"exit {rec.returncode}, no records", tool=tool,
                 expected=f"{tool} flags it", reason=f"{res.errors} errors" if res.summary_found else "no summary")
                 .to_json())
             continue
-        row["status"], row["reason"] = cell_status(res, rec["returncode"], rec["timed_out"])
-        cells.append(row)
+        summary = {k: v for k, v in res.to_json().items() if k != "tool"}
+        status, reason = cell_status(res, rec.returncode, rec.timed_out)
+        cells.append(SanitizeCell(tool, variant, config, rec.returncode, rec.duration_s, summary, status, reason))
     if not cells:
         return StageOutcome(ERROR, "no sanitizer cell ran", {"cells": [], "canaries": canaries})
-    status = worst(c["status"] for c in cells)
-    bad = [c for c in cells if c["status"] != PASS]
-    total_s = round(sum(r["duration_s"] for r in procs.values()), 1)
-    reason = (f"{len(bad)}/{len(cells)} cells not clean, first: {bad[0]['tool']} {bad[0]['variant']}/"
-              f"{bad[0]['config']}: {bad[0]['reason']}") if bad else \
+    status = worst(c.status for c in cells)
+    bad = [c for c in cells if c.status != PASS]
+    total_s = round(sum(r.duration_s for r in procs.values()), 1)
+    reason = (f"{len(bad)}/{len(cells)} cells not clean, first: {bad[0].tool} {bad[0].variant}/"
+              f"{bad[0].config}: {bad[0].reason}") if bad else \
         f"{len(cells)} (tool, variant, config) cells clean"
-    return StageOutcome(status, reason, {"cells": cells, "canaries": canaries, "cell_seconds_total": total_s})
+    return StageOutcome(status, reason, {"cells": [c.to_json() for c in cells], "canaries": canaries,
+                                         "cell_seconds_total": total_s})
+
+
+def _run_record(stage_dir: Path, default: SanitizeRun) -> SanitizeRun:
+    return SanitizeRun.from_json(read_json(stage_dir / "run.json")) if (stage_dir / "run.json").is_file() else default
 
 
 def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
-    cells = outcome.data.get("cells", [])
+    data = SanitizeData.from_json(outcome.data)
+    cells = data.cells
     if not cells:
         return ""
-    tools = [t for t in TOOLS if any(c["tool"] == t for c in cells)]
-    keys = sorted({(c["variant"], c["config"]) for c in cells})
-    run = read_json(stage_dir / "run.json") if (stage_dir / "run.json").is_file() else {}
+    tools = [t for t in TOOLS if any(c.tool == t for c in cells)]
+    keys = sorted({(c.variant, c.config) for c in cells})
+    run = _run_record(stage_dir, SanitizeRun())
     limits = [f"{code(cell)} ran with {code(' '.join(map(str, opts)))}"
-              for cell, opts in (run.get("tool_limits") or {}).items()]
+              for cell, opts in (run.tool_limits or {}).items()]
     note = ("Documented tool limits (registry `tma_output`: initcheck does not see TMA stores as writes; "
             "device-side reads are still checked): " + "; ".join(limits) + ".\n\n") if limits else ""
     lines = [note + "Each cell: status, errors/hazards from the parsed summary, and wall time of its process.", "",
@@ -120,14 +127,13 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
     for v, cfg in keys:
         row = []
         for t in tools:
-            c = next((c for c in cells if (c["variant"], c["config"], c["tool"]) == (v, cfg, t)), None)
+            c = next((c for c in cells if (c.variant, c.config, c.tool) == (v, cfg, t)), None)
             if c is None:
                 row.append("-")
                 continue
-            n = c["hazards"] if t == "racecheck" else c["errors"]
-            row.append(text(f"{str(c['status']).upper()} {'-' if n is None else n} ({c['duration_s']:.0f} s)"))
+            n = c.hazards if t == "racecheck" else c.errors
+            row.append(text(f"{str(c.status).upper()} {'-' if n is None else n} ({c.duration_s:.0f} s)"))
         lines.append(f"| {text(v)} | {text(cfg)} | " + " | ".join(row) + " |")
-    run = read_json(stage_dir / "run.json") if (stage_dir / "run.json").exists() else {"parallel": PARALLEL}
-    lines.append(f"\nTotal process time {text(outcome.data.get('cell_seconds_total'))} s "
-                 f"(run {text(run.get('parallel'))} at a time).")
+    run = _run_record(stage_dir, SanitizeRun(parallel=PARALLEL))
+    lines.append(f"\nTotal process time {text(data.cell_seconds_total)} s (run {text(run.parallel)} at a time).")
     return "\n".join(lines)
