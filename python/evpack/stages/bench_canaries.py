@@ -20,7 +20,9 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from ..records.bench_canary import BenchCanaryRun
 from ..records.canary import CanaryRecord
+from ..records.required import as_view
 from ..timing import content_probe, integrity
 from .base import read_json, write_json
 
@@ -118,28 +120,27 @@ def _time_one(name: str, stream) -> dict:
 
 # -- derive (standard library) -----------------------------------------------------------------------------
 
-def fired_rules(rec: dict, rates: dict[str, float], *, schema: int = 1, physics=None) -> dict[str, str]:
+def fired_rules(rec: dict | BenchCanaryRun, rates: dict[str, float], *, schema: int = 1,
+                physics=None) -> dict[str, str]:
     """Every rule a canary record breaks: {rule: what fired}. Rules: integrity.RULES (the row rules),
     'recheck' (the re-check after timing) and 'content_probe'."""
-    times = sorted(rec.get("times_us") or [])
-    row = {"impl": "evpack", "variant": rec.get("canary"), "config": None, "shape": rec["shape"],
-           "mode": rec["mode"], "median_us": times[len(times) // 2] if times else None,
-           "n": len(times), "calls_per_sample": 1,
-           **{k: rec.get(k) for k in ("drain_us_median", "l2_violations", "l2_error", "timed_mismatches",
-                                      "timed_checks", "timed_ref_checks", "timed_ref_failures", "timed_ref_worst",
-                                      "content_uniqueness", "unique_calls")}}
+    run = as_view(BenchCanaryRun, rec)
+    times = sorted(run.times_us or [])
+    row = {"impl": "evpack", "variant": run.canary, "config": None, "shape": run.shape,
+           "mode": run.mode, "median_us": times[len(times) // 2] if times else None,
+           "n": len(times), "calls_per_sample": 1, **run.integrity}
     if schema >= 2:
         from ..timing.uniqueness import timed_content_unique
 
-        row["timed_content_unique"] = timed_content_unique(row, len(times))
+        row.update(timed_content_unique=timed_content_unique(row, len(times)))
     fired: dict[str, str] = {}
     for rule, _status, why in integrity.rule_problems(row, rates, schema=schema, physics=physics):
         fired[rule] = "; ".join(filter(None, (fired.get(rule), why)))
-    err, bound = rec.get("recheck_err"), rec.get("err_bound")
+    err, bound = run.recheck_err, run.err_bound
     if err is None or bound is None or not err <= bound:
         fired["recheck"] = f"re-check after timing: max err {err} > bound {bound}"
-    if schema >= 2 and rec.get("probe") is not None:
-        v = content_probe.judge(dict(rec["probe"], shape=rec["shape"]), content_probe.RULE)  # the code's rule
+    if schema >= 2 and run.probe is not None:
+        v = content_probe.judge(dict(run.probe, shape=run.shape), content_probe.RULE)  # the code's rule
         if v["flagged"]:
             fired["content_probe"] = f"{integrity.CONTENT_CACHE}: {v['reason']}"
     return fired
@@ -160,13 +161,13 @@ def outcome(stage_dir: Path, rates: dict[str, float], name: str = SIDE_STREAM, *
     entry = CanaryRecord(name, False, "", expected=EXPECTED[name])
     file = FILES[name]
     try:
-        rec = read_json(stage_dir / file)
+        rec = BenchCanaryRun.from_json(read_json(stage_dir / file))
     except (FileNotFoundError, ValueError) as exc:
         return replace(entry, observed=f"no readable {file} ({exc})", reason="not run").to_json()
-    if rec.get("error") or not rec.get("times_us"):
-        return replace(entry, observed=f"did not run: {rec.get('error') or 'no samples'}", reason="not run").to_json()
+    if rec.error or not rec.times_us:
+        return replace(entry, observed=f"did not run: {rec.error or 'no samples'}", reason="not run").to_json()
     fired = fired_rules(rec, rates, schema=schema, physics=physics)
-    times = sorted(rec["times_us"])
+    times = sorted(rec.times_us)
     caught = _caught(name, fired)
     observed = "; ".join(fired.values()) or f"median {times[len(times) // 2]:.3g} us, nothing fired"
     return replace(entry, caught=caught, observed=observed,
