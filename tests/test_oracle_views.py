@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from evpack.records.correctness import CaseRow, ShortcutSummary, VariantSummary
-from evpack.records.proc_run import ProcRun
+from evpack.records.procs import CellRun
 from evpack.records.sanitize import SanitizeCell
 from evpack.records.stability import RunRecord, StabilityRow
 from evpack.stages import correctness, stability
@@ -40,9 +40,9 @@ def test_a_correctness_case_defaults_only_what_older_oracles_did_not_record():
 
 
 def test_a_proc_record_that_is_not_an_object_is_refused():
-    assert ProcRun.of({"cmd": ["x"], "returncode": 0}).command == ["x"] and ProcRun.of({}).command == ()
+    assert CellRun.of({"cmd": ["x"], "returncode": 0}).command == ["x"] and CellRun.of({}).command == ()
     with pytest.raises(TypeError):
-        ProcRun.of([1])
+        CellRun.of([1])
 
 
 def test_the_stages_records_write_their_keys_in_order():

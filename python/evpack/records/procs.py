@@ -1,5 +1,5 @@
 """The records of a stage's cell processes (stages/procs.py, stages/forkserver.py): what running one process
-gave, a cell's entry of procs.json (written by CellRecord, read by ProcRecord), the slot pool's own files
+gave, a cell's entry of procs.json (written by CellRecord, read by ProcRecord, or strictly by CellRun), the slot pool's own files
 (pool.json, progress/<stage>.json, outside the pack) and the fork server's protocol lines.
 """
 from __future__ import annotations
@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .bench import GpuRef
+from .required import Strict
 from .view import View
 
 
@@ -104,3 +105,28 @@ class ForkReply(View):
     returncode: Any = None
     error: Any = None
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CellRun(Strict):
+    """A cell's entry of procs.json read strictly, for the stages whose verdict needs it (correctness,
+    sanitize): the fields a verdict needs are required (absent: KeyError) and a record that is not an object
+    is refused (TypeError), as reading it as a dict was."""
+
+    required = frozenset({"returncode", "duration_s", "timed_out"})
+    cmd: Any = None
+    returncode: Any = None
+    duration_s: Any = None
+    timed_out: Any = None
+    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, value: Any) -> CellRun:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"a procs.json record that is not an object ({type(value).__name__})")
+        return cls.from_json(value)
+
+    @property
+    def command(self) -> Any:
+        """The command (none recorded: empty)."""
+        return self.cmd if self.has("cmd") else ()

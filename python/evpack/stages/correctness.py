@@ -34,7 +34,7 @@ from ..records.correctness import (
     VariantSummary,
     VariantView,
 )
-from ..records.proc_run import ProcRun
+from ..records.procs import CellRun
 from ..records.required import as_view
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .canaries import pack_schema
@@ -260,7 +260,7 @@ def required_files(stage_dir: Path) -> tuple[str, ...]:
     """REQUIRED_FILES, and the shortcut set's seed file when a cell was run on it (its command says so)."""
     try:
         procs = read_json(stage_dir / "procs.json")
-        seeded = any("--shortcut-seed" in ProcRun.of(rec).command for rec in procs.values())
+        seeded = any("--shortcut-seed" in CellRun.of(rec).command for rec in procs.values())
     except (OSError, ValueError, AttributeError, TypeError):
         return REQUIRED_FILES  # unreadable: the derivation names it
     return REQUIRED_FILES + ((SHORTCUT_FILE,) if seeded else ())

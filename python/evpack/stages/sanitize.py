@@ -9,7 +9,7 @@ from .. import registry
 from ..markdown import code, text  # report_md: every pack value escaped
 from ..parsers.sanitizer import TOOLS, canary_caught, cell_status, parse_sanitizer
 from ..records.canary import CanaryRecord
-from ..records.proc_run import ProcRun
+from ..records.procs import CellRun
 from ..records.sanitize import SanitizeCell, SanitizeData, SanitizeRun
 from ..tools import find_tool
 from .base import ERROR, PASS, StageContext, StageOutcome, read_json, worst, write_json
@@ -77,7 +77,7 @@ def run(ctx: StageContext) -> None:
 def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     if (stage_dir / "missing_tool.json").exists():
         return StageOutcome(ERROR, "compute-sanitizer not found on PATH or in CUDA_HOME")
-    procs = {name: ProcRun.of(rec) for name, rec in read_json(stage_dir / "procs.json").items()}
+    procs = {name: CellRun.of(rec) for name, rec in read_json(stage_dir / "procs.json").items()}
     cells, canaries = [], []
     for name, rec in procs.items():
         tool, variant, config = name.split(".", 2)
