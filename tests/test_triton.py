@@ -302,3 +302,36 @@ def test_a_kernel_without_the_interface_is_refused(tmp_path):
 def test_manifest_json_roundtrip_is_plain(aot):
     out, manifests = aot
     assert json.loads((out / "_C" / "manifest.json").read_text()) == manifests["_C"]
+
+
+def _registration_manifest(sha256: str) -> dict:
+    """A one-kernel manifest of the shape triton_aot.build writes (values made up; only plan() reads them)."""
+    return {"fatbins": [{"variant": "triton", "config": "m64n64w4s3", "dtype": "fp16", "head_dim": 64,
+                         "symbol": "evpack_triton_fwd", "path": "triton/m64n64w4s3_fp16_d64.fatbin", "sha256": sha256,
+                         "num_warps": 4, "num_stages": 3, "block_m": 64, "block_n": 64}],
+            "kernels": [{"variant": "triton", "config": "m64n64w4s3", "dtype": "fp16", "head_dim": 64,
+                         "arch": "sm_90a", "shared": 32768}]}
+
+
+def test_a_new_fat_binary_changes_what_a_compiler_cache_keys_on(tmp_path):
+    """A compiler cache (sccache, ccache's preprocessor mode) keys a registration file on its preprocessed text,
+    which drops comments, and the fat binary that .incbin pulls in is no part of it. Before, the digest stood in
+    a comment only: a rebuild with new Triton cubins reused the object of the old ones, and the build stage found
+    the cubins missing from _C. The digest now stands in the asm text, which the preprocessor keeps."""
+    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("cpp")
+    if cxx is None:
+        pytest.skip("no host preprocessor")
+
+    def preprocessed(sha: str) -> str:
+        (name, text), = triton_cpp.plan(_registration_manifest(sha), tmp_path)
+        body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("#include"))
+        return subprocess.run([cxx, "-E", "-P", "-x", "c++", "-"], input=body, capture_output=True, text=True,
+                              check=True).stdout
+
+    a, b = preprocessed("a" * 64), preprocessed("b" * 64)
+    assert a != b and "a" * 64 in a and "b" * 64 in b
+
+
+def test_a_fat_binary_digest_that_is_not_hex_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="is not 64 hex digits"):
+        triton_cpp.plan(_registration_manifest('0" ; .incbin "/etc/passwd'), tmp_path)

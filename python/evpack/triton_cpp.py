@@ -17,6 +17,7 @@ from pathlib import Path
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SAFE_PATH = re.compile(r"[A-Za-z0-9_./+-]+\Z")
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 
 
 def file_name(variant: str, dtype: str, head_dim: int) -> str:
@@ -94,6 +95,8 @@ def plan(manifest: dict, out_dir: Path) -> list[tuple[str, str]]:
             path = (Path(out_dir) / fb.path).resolve().as_posix()
             if not _SAFE_PATH.match(path):
                 raise ValueError(f"triton kernel: fat binary path {path!r} has characters .incbin cannot take")
+            if not _SHA256.match(str(fb.sha256)):
+                raise ValueError(f"triton kernel {fb.symbol}: fat binary sha256 {fb.sha256!r} is not 64 hex digits")
             images = archs[(variant, fb.config, dtype, d)]
             if len(images) > 4:
                 raise ValueError(f"triton kernel {fb.symbol}: more than 4 archs")
@@ -102,7 +105,10 @@ def plan(manifest: dict, out_dir: Path) -> list[tuple[str, str]]:
             lines += [
                 f"// {fb.path} sha256 {fb.sha256}",
                 f'extern "C" const unsigned char {sym}[];',
-                f'__asm__(".pushsection .nv_fatbin, \\"a\\"\\n.balign 8\\n.globl {sym}\\n.hidden {sym}\\n'
+                # the digest inside the asm text, not only in a comment: a compiler cache keys on the preprocessed
+                # source, which keeps string literals and drops comments, and .incbin's file is not in it
+                f'__asm__("# fat binary sha256 {fb.sha256}\\n.pushsection .nv_fatbin, \\"a\\"\\n.balign 8\\n'
+                f'.globl {sym}\\n.hidden {sym}\\n'
                 f'.type {sym}, @object\\n{sym}:\\n.incbin \\"{path}\\"\\n.popsection\\n");',
                 f"static const evpack::TritonKernel kKernel{i} = {{\"{fb.symbol}\", {sym}, {{{table}}}, "
                 f"{len(images)}, {int(fb.num_warps)}, {int(fb.block_m)}}};",
