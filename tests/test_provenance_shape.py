@@ -43,3 +43,19 @@ def test_a_run_fact_of_another_type_is_named(path):
 
 def test_a_predicate_that_is_not_an_object():
     assert run_fact_problems({"predicate": []}) == ["provenance: the statement's predicate is not an object"]
+
+
+def test_pack_facts_of_a_pack_json_whose_stages_are_no_object():
+    """A tampered pack.json (stages null, a list) re-derives facts with no stages, so verify names the
+    difference with the statement; before, the derivation raised and the statement was called malformed."""
+    from evpack.provenance.statement import pack_facts
+    from evpack.records.env import EnvJson
+    from evpack.records.pack import PackJson
+
+    for stages in (None, ["build"], "build"):
+        facts = pack_facts(pack_id="p", pack_json=PackJson.from_json({"stages": stages}), env_json=EnvJson.from_json({}),
+                           clocks_json=None)
+        assert facts.stages == []
+    facts = pack_facts(pack_id="p", pack_json=PackJson.from_json({"stages": {"sass": {}, "build": {}}}),
+                       env_json=EnvJson.from_json({}), clocks_json=None)
+    assert facts.stages == ["build", "sass"]

@@ -80,7 +80,7 @@ def ci_identity(environ: dict[str, str]) -> dict | None:
 def pack_facts(*, pack_id: str, pack_json: PackJson, env_json: EnvJson, clocks_json: dict | None) -> PackFacts:
     """The predicate fields that repeat what the pack's own files say (verify compares them)."""
     return PackFacts(pack_id, pack_json.tool_version, pack_json.created_utc, pack_json.label, pack_json.git.commit,
-                     pack_json.git.dirty, pack_json.options, sorted(pack_json.stages), pack_json.toolchain,
+                     pack_json.git.dirty, pack_json.options, sorted(pack_json.stage_table), pack_json.toolchain,
                      pack_json.python, FactsGpu(env_json.gpu_name, env_json.driver_version,
                                                 env_json.compute_capability, env_json.cuda_version), clocks_json)
 
