@@ -287,3 +287,21 @@ def test_a_member_signature_that_is_no_object(verdict, tmp_path, signature):
         said[command] = out + err
     assert f"members[0] ({record['members'][0]['pack_id']}).signature: {type(signature).__name__}, not an object" \
         in said["verify"], said["verify"]
+
+
+@pytest.mark.parametrize("entry", [[1, 2], "pass", 7, None])
+def test_a_gate_entry_of_pack_json_that_is_no_object(packs, tmp_path, entry):
+    """The fuzzer's find: a gate of pack.json whose entry is not an object made verify end in the last-resort
+    line (the content digest serialised the entry's absent status); it is a mismatch named in one line."""
+    pack = tmp_path / "packs" / packs[0].name
+    shutil.copytree(packs[0], pack)
+    pj = json.loads((pack / "pack.json").read_text(encoding="utf-8"))
+    gate = sorted(pj["gates"])[0]
+    pj["gates"][gate] = entry
+    (pack / "pack.json").write_text(json.dumps(pj, indent=2), encoding="utf-8")
+    rehash(pack)
+    for command in ("verify", "label"):
+        code, out, err = run(command, str(pack), "--stage-package", FAKE)
+        check_failure(code, out, err, what=f"{command} gates.{gate}={entry!r}")
+    code, out, err = run("verify", str(pack), "--stage-package", FAKE)
+    assert f"gate {gate}: pack.json says None but the files give" in out + err, out + err

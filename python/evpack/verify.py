@@ -35,7 +35,7 @@ from .pack import PackError, stage_names_of
 from .packfs import MAX_FILE_BYTES, plain_name
 from .provenance.check import UNCHECKED, ProvenanceCheck, check_provenance, signer_options
 from .records.migrations import read_pack
-from .records.pack import ABSENT, PackJson, PackRecord, StageTiming, Timings, ZeroDelta, present
+from .records.pack import ABSENT, GateEntry, PackJson, PackRecord, StageTiming, Timings, ZeroDelta, present
 from .records.runner import RunnerRecord
 from .records.schema import SchemaSpec, spec
 from .records.view import view
@@ -351,7 +351,8 @@ def stored_digest(pj: PackRecord, stored: dict, schema: SchemaSpec) -> str | Non
     outcomes = {name: stored.get(name) for name in stage_names_of(pj)}
     if not all(isinstance(o, StageOutcome) for o in outcomes.values()):
         return None
-    return content_digest(outcomes, pj.gates, present(pj.label), schema.digest_prose_keys)
+    gates = {g: GateEntry(present(e.status)) for g, e in pj.gates.items()}  # an entry that is no object: no status
+    return content_digest(outcomes, gates, present(pj.label), schema.digest_prose_keys)
 
 
 def record_type_problems(pj: PackRecord) -> list[str]:
