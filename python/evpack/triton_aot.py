@@ -36,7 +36,7 @@ from pathlib import Path
 
 from . import registry
 from .packfs import write_bytes
-from .records.triton import TritonKernel, TritonManifest
+from .records.triton import TritonManifest
 from .triton_pin import triton_pin
 
 SCHEMA_VERSION = 1
@@ -118,7 +118,7 @@ class Built:
     @property
     def cubin_path(self) -> str:
         """The cubin's path, relative to the out dir."""
-        return TritonKernel.from_json(dataclasses.asdict(self)).cubin.path
+        return self.files["cubin"]["path"]
 
 
 def compile_one(fn, variant: registry.Variant, cfg: registry.TileConfig, dtype: str, head_dim: int, arch: str,

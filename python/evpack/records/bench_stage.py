@@ -35,16 +35,6 @@ class StageRun(View):
 
 
 @dataclass(frozen=True)
-class ProbeVerdict(View):
-    """content_probe.judge of one entry: flagged (None: could not judge), the ratio and why."""
-
-    ratio: Any = None
-    flagged: Any = None
-    reason: Any = None
-    raw: Mapping = field(default_factory=dict, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
 class IntegrityVerdict(View):
     """timing/integrity.judge's summary: counters of broken rows by rule, and the first broken row."""
 

@@ -48,7 +48,6 @@ from ..records.bench_stage import (
     HarnessCounters,
     IntegrityVerdict,
     OutcomeExtras,
-    ProbeVerdict,
     StageRow,
     StageRun,
 )
@@ -436,7 +435,7 @@ def _probe_problem(probe: dict, rows: list[dict]) -> str:
     bad = content_probe.problems(probe)
     held = ContentProbe.from_json(probe)  # its entries are objects: problems() judged each
     judged = {(e.variant, e.config) for e in held.entries
-              if e.impl == sm.OURS and ProbeVerdict.from_json(content_probe.judge(e.raw)).flagged is not None}
+              if e.impl == sm.OURS and content_probe.verdict(e.raw).flagged is not None}
     timed = sorted({(r.variant, r.config) for r in map(BenchRow.from_json, rows) if r.impl == sm.OURS
                     and r.shape == held.shape and r.median_us is not None})
     bad += [f"{v}/{c}: not probed" for v, c in timed if (v, c) not in judged]

@@ -140,9 +140,9 @@ def fired_rules(rec: dict | BenchCanaryRun, rates: dict[str, float], *, schema: 
     if err is None or bound is None or not err <= bound:
         fired["recheck"] = f"re-check after timing: max err {err} > bound {bound}"
     if schema >= 2 and run.probe is not None:
-        v = content_probe.judge(dict(run.probe, shape=run.shape), content_probe.RULE)  # the code's rule
-        if v["flagged"]:
-            fired["content_probe"] = f"{integrity.CONTENT_CACHE}: {v['reason']}"
+        v = content_probe.verdict(dict(run.probe, shape=run.shape), content_probe.RULE)  # the code's rule
+        if v.flagged:
+            fired["content_probe"] = f"{integrity.CONTENT_CACHE}: {v.reason}"
     return fired
 
 
