@@ -125,3 +125,43 @@ def split_at_markers(kernels: list[KernelMetrics], marker: str = MARKER_KERNEL) 
         else:
             groups[-1].append(km)
     return groups
+
+
+def split_batch_log(text: str, shares: list[tuple[str, int]], marker: str = MARKER_KERNEL) -> dict[str, str]:
+    """Each target's share of the output of one ncu process that profiled several targets' calls in turn
+    (oracles/tensor_target.py --batch): `shares` = [(name, calls), ...] in the order they ran. A share is the
+    lines before ncu's CSV header (ncu's and the target's own messages, for every share), the header, and the
+    CSV rows of the launches from its first call's marker up to the next share's first marker, byte for byte
+    and in their order. Every launch of the output is in exactly one share.
+
+    Raises ValueError when the output has no CSV header, a launch comes before the first marker, or the
+    markers are not as many as the shares' calls."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID","Process ID"')), None)
+    if start is None:
+        raise ValueError("no ncu CSV header in the output")
+    if any(type(n) is not int or n < 0 for _, n in shares):
+        raise ValueError("a share's call count is not a count")
+    names = [name for name, _ in shares]
+    if len(set(names)) != len(names):
+        raise ValueError("a target is named twice in the shares")
+    kernels = parse_ncu_csv(text)
+    groups = split_at_markers(kernels, marker)  # raises when a launch comes before the first marker
+    share_of_call = [k for k, (_, n) in enumerate(shares) for _ in range(n)]
+    if len(groups) != len(share_of_call):
+        raise ValueError(f"the output holds {len(groups)} marked calls, the shares {len(share_of_call)}")
+    owner: dict[int, int] = {}  # launch id -> share index
+    call = -1
+    for km in kernels:
+        call += marker in km.kernel
+        owner[km.launch_id] = share_of_call[call]
+    head, body = lines[:start + 1], lines[start + 1:]
+    out: dict[str, list[str]] = {name: list(head) for name in names}
+    for ln in body:
+        field = next(csv.reader([ln]), [""])[0].strip() if ln else ""
+        if field.isdigit() and int(field) in owner:
+            out[names[owner[int(field)]]].append(ln)
+        else:  # no launch row (none seen in ncu's output): every share keeps it
+            for rows in out.values():
+                rows.append(ln)
+    return {name: "\n".join(rows) + "\n" for name, rows in out.items()}

@@ -38,6 +38,7 @@ class ProcRecord(View):
     start_s: Any = None
     end_s: Any = None
     carried_from: Any = None  # the pack a carried cell came from (incremental evidence)
+    batch: Any = None  # the process that ran this cell with others (tensor_proof: <batch>.log is its output)
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -59,12 +60,15 @@ class CellRecord:
     slot: dict | None = None  # {"gpu": index or None, "slot": k} of the pool slot it held
     start_s: float | None = None
     end_s: float | None = None
+    batch: str | None = None  # the process that ran this cell with others (its record and log: <batch>.*)
 
     def to_json(self) -> dict:
         out = {"cmd": self.cmd, "env": self.env, "returncode": self.returncode, "timed_out": self.timed_out,
                "duration_s": self.duration_s}
         out.update((k, v) for k, v in (("ran", self.ran), ("gpu", self.gpu), ("slot", self.slot)) if v is not None)
         out.update(start_s=self.start_s, end_s=self.end_s)
+        if self.batch is not None:
+            out.update(batch=self.batch)
         return out
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import glob
 import subprocess
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import binary, registry, toolcache, tools
@@ -120,37 +121,12 @@ def run(ctx: StageContext) -> None:
         problems.append("cuobjdump not found (PATH, CUDA_HOME/bin, pip nvidia-cuda-cuobjdump)")
     if nvdisasm is None:
         problems.append("nvdisasm not found (cuobjdump --dump-sass needs it; pip nvidia-cuda-nvdisasm)")
-    for build_name, module_default in BINARIES:
-        src = build / build_name
-        if not src.exists():
-            continue
-        b = BinaryRecord.from_json(read_json(src))
-        module = b.module if "module" in b.raw else module_default
-        path = Path(b.path)
-        sha256 = binary.sha256_file(path) if path.exists() else None
-        entry = {"module": module, "path": str(path), "build_json": f"build/{build_name}",
-                 "build_sha256": b.sha256, "sha256": sha256, "dump": None, "command": None, "rc": None}
+    present = [(b, m) for b, m in BINARIES if (build / b).exists()]
+    with ThreadPoolExecutor(max_workers=max(1, len(present))) as pool:  # the modules' dumps at the same time
+        done = list(pool.map(lambda bm: _dump_module(ctx, *bm, cuobjdump, nvdisasm), present))
+    for entry, problem in done:
         binaries.append(entry)
-        if sha256 is None:
-            problems.append(f"{module}: {path} (from build/{build_name}) does not exist")
-            continue
-        write_json(ctx.dir / build_name, {"module": module, "path": str(path), "sha256": sha256})
-        if cuobjdump is None or nvdisasm is None:
-            continue
-        cmd = [cuobjdump, "--dump-sass", str(path)]
-        # the output of an earlier run on the same device code and tools, byte for byte, when there is one
-        proc = toolcache.run(cmd, input_path=path, helpers=("nvdisasm",), env=tools.tool_env(), timeout=TIMEOUT_S - 60)
-        entry.update(command=" ".join(cmd), rc=proc.returncode, dump=_dump_name(module), dump_bytes=len(proc.stdout))
-        if proc.reused:
-            entry.update(reused=proc.reused)  # the tool cache entry (key, when it was made)
-        _write_dump(ctx.dir / _dump_name(module), proc.stdout)
-        if proc.stderr.strip():
-            stderr = f"{module}.stderr.txt"
-            entry.update(stderr=stderr)
-            write_text(ctx.dir / stderr, proc.stderr.decode("utf-8", errors="replace"))
-        after = binary.sha256_file(path)
-        if after != sha256:
-            problems.append(f"{module}: {path} changed while it was disassembled ({sha256} -> {after})")
+        problems.extend(problem)
     write_json(ctx.dir / "run.json", record)
     # parsed tables for people; derive() re-parses the dumps itself
     outcome, rows, hists = evaluate(ctx.pack_dir, ctx.dir)
@@ -164,6 +140,39 @@ def run(ctx: StageContext) -> None:
             for h in hists for op, n in sorted(h.histogram.items())]
     write_stored(ctx.dir / HISTOGRAM_CSV,
                  pd.DataFrame(long, columns=["module", "symbol", "arch", "opcode", "count"]).to_csv(index=False).encode())
+
+
+def _dump_module(ctx: StageContext, build_name: str, module_default: str, cuobjdump: str | None,
+                 nvdisasm: str | None) -> tuple[dict, list[str]]:
+    """Disassemble one module the build recorded (build/<build_name>) and keep its dump: (run.json's entry of
+    it, problems). cuobjdump and xz hold no lock Python needs, so the two modules run side by side."""
+    problems: list[str] = []
+    b = BinaryRecord.from_json(read_json(ctx.pack_dir / "build" / build_name))
+    module = b.module if "module" in b.raw else module_default
+    path = Path(b.path)
+    sha256 = binary.sha256_file(path) if path.exists() else None
+    entry = {"module": module, "path": str(path), "build_json": f"build/{build_name}",
+             "build_sha256": b.sha256, "sha256": sha256, "dump": None, "command": None, "rc": None}
+    if sha256 is None:
+        return entry, [f"{module}: {path} (from build/{build_name}) does not exist"]
+    write_json(ctx.dir / build_name, {"module": module, "path": str(path), "sha256": sha256})
+    if cuobjdump is None or nvdisasm is None:
+        return entry, problems
+    cmd = [cuobjdump, "--dump-sass", str(path)]
+    # the output of an earlier run on the same device code and tools, byte for byte, when there is one
+    proc = toolcache.run(cmd, input_path=path, helpers=("nvdisasm",), env=tools.tool_env(), timeout=TIMEOUT_S - 60)
+    entry.update(command=" ".join(cmd), rc=proc.returncode, dump=_dump_name(module), dump_bytes=len(proc.stdout))
+    if proc.reused:
+        entry.update(reused=proc.reused)  # the tool cache entry (key, when it was made)
+    _write_dump(ctx.dir / _dump_name(module), proc.stdout)
+    if proc.stderr.strip():
+        stderr = f"{module}.stderr.txt"
+        entry.update(stderr=stderr)
+        write_text(ctx.dir / stderr, proc.stderr.decode("utf-8", errors="replace"))
+    after = binary.sha256_file(path)
+    if after != sha256:
+        problems.append(f"{module}: {path} changed while it was disassembled ({sha256} -> {after})")
+    return entry, problems
 
 
 def _write_dump(path: Path, data: bytes) -> None:

@@ -6,24 +6,39 @@ Since the foreign-work check, ncu profiles every kernel in the target's profiled
 filter; a marker kernel before each call, ncu.split_at_markers): a kernel during our op that is not
 this call's own `evpack::<variant>::fwd_kernel<cfg_<config>, T, D>` (a library or torch kernel, or the
 kernel of another registered variant or config, which the reason names) fails the call, and only our
-kernels' tensor FLOPs count. The foreign-work canary (cuBLAS does the matrix products) must fail that way."""
+kernels' tensor FLOPs count. The foreign-work canary (cuBLAS does the matrix products) must fail that way.
+
+One ncu process per GPU profiles all its cells (`ncu-batch<k>.log`, its record in batches.json); each cell's
+log is its share of that output, split at the markers (parsers/ncu.split_batch_log), and derive splits the
+batch's output again and requires the same bytes. Packs before the batch ran one ncu process per cell."""
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
 from .. import registry
 from ..markdown import text  # report_md: every pack value escaped
-from ..parsers.ncu import COVERAGE_MIN, METRICS, parse_ncu_csv, required_flops, split_at_markers, tile_padded_flops
+from ..packfs import plain_name
+from ..parsers.ncu import (
+    COVERAGE_MIN,
+    METRICS,
+    parse_ncu_csv,
+    required_flops,
+    split_at_markers,
+    split_batch_log,
+    tile_padded_flops,
+)
 from ..parsers.symbols import describe, parse_symbol
 from ..records.canary import OBSERVED_FIRST, CanaryRecord
+from ..records.procs import ProcRecord
 from ..records.schema import SCHEMAS
 from ..records.tensor_proof import CallRow, NcuCall, NcuManifest, TensorProofData, call_rows
 from ..tools import find_tool
-from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
+from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, log, read_json, worst, write_json, write_text
 from .canaries import pack_schema
 from .order import declared
-from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, variants_to_run
+from .procs import PROCS_FILE, Job, last_line, oracle_cmd, proc_problem, record_binary, run_jobs, variants_to_run
 
 NAME = "tensor_proof"
 SPEC = declared(NAME)  # stages/order.py: the one declaration of this stage
@@ -38,21 +53,106 @@ FOREIGN_CANARY = "canary_foreign_work"
 CANARIES = SPEC.canaries  # (CANARY, *LANGUAGE_DECOYS, FOREIGN_CANARY)
 
 
+BATCH = "ncu-batch"  # <BATCH><k>: the k-th ncu process that profiled several cells (one per GPU)
+BATCHES_FILE = "batches.json"  # every batch process's record, the cells it ran, and why it was not used
+
+
+def _ncu_cmd(ncu: str, repo: Path, *target_args: str) -> list[str]:
+    # no kernel-name filter: every kernel launched during the calls is profiled
+    return [ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(METRICS),
+            "--csv", "--print-kernel-base", "mangled", *oracle_cmd(repo, "tensor_target.py", *target_args)]
+
+
 def run(ctx: StageContext) -> None:
+    """One ncu process per GPU profiles all its cells (ncu's and torch's start-up paid once); a batch that fails
+    or whose output does not split at its markers is run again one cell per process, as packs before it ran."""
     ncu = find_tool("ncu")
     if ncu is None:
         write_json(ctx.dir / "missing_tool.json", {"tool": "ncu", "found": False})
         return
-    jobs = []
-    for name in [v.name for v in variants_to_run(ctx)] + list(CANARIES):
-        # no kernel-name filter: every kernel launched during the calls is profiled
-        cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(METRICS),
-               "--csv", "--print-kernel-base", "mangled",
-               *oracle_cmd(ctx.repo, "tensor_target.py", "--variant", name, "--manifest",
-                           str(ctx.dir / f"{name}.manifest.json"))]
-        jobs.append(Job(name, cmd, 420))
-    run_jobs(jobs, ctx.dir, ctx.repo, gpus=ctx.options.get("gpus"))
-    record_binary(ctx.dir, [ctx.dir / f"{j.name}.manifest.json" for j in jobs if j.name not in CANARIES])
+    names = [v.name for v in variants_to_run(ctx)] + list(CANARIES)
+    gpus = ctx.options.get("gpus")
+    chunks = [c for c in (names[k::len(gpus) if gpus else 1] for k in range(len(gpus) if gpus else 1)) if c]
+    jobs = [Job(f"{BATCH}{k}", _ncu_cmd(ncu, ctx.repo, "--batch", ",".join(c), "--manifest-dir", str(ctx.dir)),
+                60 + 30 * len(c)) for k, c in enumerate(chunks)]
+    ran = run_jobs(jobs, ctx.dir, ctx.repo, gpus=gpus)
+    table, singles, batches = {}, [], {}
+    for job, chunk in zip(jobs, chunks, strict=True):
+        problem = _split_batch(ctx.dir, job.name, ran[job.name], chunk)
+        batches[job.name] = {**ran[job.name], "cells": chunk, "problem": problem}
+        if problem:
+            log.warning("tensor_proof: %s not used (%s); its %d cells run one per process", job.name, problem,
+                        len(chunk))
+            singles += chunk
+        else:
+            table.update((n, {**ran[job.name], "batch": job.name}) for n in chunk)
+    if singles:
+        table.update(run_jobs([Job(n, _ncu_cmd(ncu, ctx.repo, "--variant", n, "--manifest",
+                                               str(ctx.dir / f"{n}.manifest.json")), 420) for n in singles],
+                              ctx.dir, ctx.repo, gpus=gpus))
+    write_json(ctx.dir / BATCHES_FILE, batches)
+    write_json(ctx.dir / PROCS_FILE, {n: table[n] for n in names})
+    record_binary(ctx.dir, [ctx.dir / f"{n}.manifest.json" for n in names if n not in CANARIES])
+
+
+def _split_batch(stage_dir: Path, batch: str, rec: dict, names: list[str]) -> str | None:
+    """Write each cell's share of the batch's ncu output as <cell>.log; None, or why the batch is not usable."""
+    run = ProcRecord.from_json(rec)
+    if run.timed_out or run.returncode != 0:
+        return "timed out" if run.timed_out else f"exited {run.returncode}: {last_line(stage_dir / f'{batch}.log')}"
+    try:
+        text = (stage_dir / f"{batch}.log").read_text(encoding="utf-8", errors="replace")
+        shares = split_batch_log(text, [(n, _call_count(stage_dir, n)) for n in names])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"its output does not split into its cells ({exc})"
+    for n, share in shares.items():
+        write_text(stage_dir / f"{n}.log", share)
+    return None
+
+
+def _call_count(stage_dir: Path, name: str) -> int:
+    calls = NcuManifest.from_json(read_json(stage_dir / f"{name}.manifest.json")).calls
+    if not isinstance(calls, list):
+        raise ValueError(f"{name}.manifest.json holds no list of calls")
+    return len(calls)
+
+
+def _batch_names(cmd) -> list[str] | None:
+    """The cells a batch command profiled, in order (its --batch argument); None when it names none."""
+    if not isinstance(cmd, list) or "--batch" not in cmd[:-1]:
+        return None
+    arg = cmd[cmd.index("--batch") + 1]
+    return arg.split(",") if isinstance(arg, str) else None
+
+
+def _share_problem(stage_dir: Path, name: str) -> str | None:
+    """For a cell a batch ran (its procs.json entry names the batch; not a carried cell, whose source pack's
+    verify checked it): its log must be its share of the batch's output, split again here. None when it is."""
+    rec = ProcRecord.from_json(read_json(stage_dir / PROCS_FILE).get(name))
+    if rec.batch is None or rec.carried_from is not None:
+        return None
+    names = _batch_names(rec.cmd)
+    if not isinstance(rec.batch, str) or not plain_name(f"{rec.batch}.log") or not names or name not in names:
+        return f"{name}: procs.json says batch {rec.batch!r} ran it, and that batch's command does not name it"
+    try:
+        shares = _shares(stage_dir / f"{rec.batch}.log", tuple((n, _call_count(stage_dir, n)) for n in names))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{name}: the output of its batch {rec.batch} does not split into the batch's cells ({exc})"
+    mine = (stage_dir / f"{name}.log").read_text(encoding="utf-8", errors="replace") \
+        if (stage_dir / f"{name}.log").is_file() else None
+    if mine != shares[name]:
+        return f"{name}: {name}.log is not its share of {rec.batch}.log (split at the markers again)"
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _shares_cached(path: str, stamp: tuple, shares: tuple) -> dict[str, str]:
+    return split_batch_log(Path(path).read_text(encoding="utf-8", errors="replace"), list(shares))
+
+
+def _shares(path: Path, shares: tuple) -> dict[str, str]:
+    st = path.stat()
+    return _shares_cached(str(path), (st.st_size, st.st_mtime_ns, st.st_ino), shares)
 
 
 _CONFIG_NAME = re.compile(r"m(\d+)n(\d+)w\d+s\d+")
@@ -91,7 +191,7 @@ def _call_problem(name: str, call: dict, shape: tuple[int, int, int]) -> str | N
 
 def _rows(stage_dir: Path, name: str) -> tuple[str | None, list[dict]]:
     """(what is wrong with the target's run, None when nothing; the row of every call: CallRow's objects)."""
-    problem = proc_problem(stage_dir, name)
+    problem = proc_problem(stage_dir, name) or _share_problem(stage_dir, name)
     if problem:
         return problem, []
     try:
