@@ -179,9 +179,9 @@ def schedule_mode(value: str | None) -> str:
 
 
 def fork_server(value: str | None) -> bool:
-    """EVPACK_FORK_SERVER: 1 runs the correctness and stability cells through a fork server per GPU
-    (stages/forkserver.py); 0 or unset starts a process per cell."""
-    text = (value or "0").strip() or "0"
+    """EVPACK_FORK_SERVER: 1 or unset runs the correctness and stability cells through a fork server per GPU
+    (stages/forkserver.py); 0 starts a process per cell."""
+    text = (value or "1").strip() or "1"
     if text not in ("0", "1"):
         raise ValueError(f"EVPACK_FORK_SERVER={value!r}: give 1 (fork server) or 0 (a process per cell)")
     return text == "1"
