@@ -220,3 +220,22 @@ def test_a_failed_batch_runs_its_cells_one_per_process(tmp_path, monkeypatch):
     out = tensor_proof.derive(stage, stage.parent)
     assert out.status == PASS, out.reason
     assert all(c["caught"] for c in out.data["canaries"])
+
+
+def test_a_batch_output_changed_in_place_is_split_again(tmp_path):
+    """The split is never answered from an earlier read of the same file: a batch output edited in place (same
+    size, same inode, its modification time put back) after one derive no longer gives the cells' logs."""
+    import os
+
+    stage = _as_batch(tmp_path)
+    assert tensor_proof.derive(stage, stage.parent).status == PASS
+    batch = stage / "ncu-batch0.log"
+    st = batch.stat()
+    text = batch.read_text(encoding="utf-8")
+    row = next(ln for ln in text.splitlines() if "hmma_src_fp16.sum" in ln and ln.endswith('"0"'))
+    with open(batch, "r+", encoding="utf-8") as f:  # one digit, in place
+        f.write(text.replace(row, row[:-2] + '1"', 1))
+    os.utime(batch, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert batch.stat().st_size == st.st_size and batch.stat().st_ino == st.st_ino
+    out = tensor_proof.derive(stage, stage.parent)
+    assert out.status == ERROR and "wmma.log is not its share of ncu-batch0.log" in out.reason

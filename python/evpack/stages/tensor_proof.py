@@ -72,7 +72,8 @@ def run(ctx: StageContext) -> None:
         return
     names = [v.name for v in variants_to_run(ctx)] + list(CANARIES)
     gpus = ctx.options.get("gpus")
-    chunks = [c for c in (names[k::len(gpus) if gpus else 1] for k in range(len(gpus) if gpus else 1)) if c]
+    n_batches = len(gpus) if gpus else 1
+    chunks = [c for c in (names[k::n_batches] for k in range(n_batches)) if c]
     jobs = [Job(f"{BATCH}{k}", _ncu_cmd(ncu, ctx.repo, "--batch", ",".join(c), "--manifest-dir", str(ctx.dir)),
                 60 + 30 * len(c)) for k, c in enumerate(chunks)]
     ran = run_jobs(jobs, ctx.dir, ctx.repo, gpus=gpus)
@@ -145,14 +146,16 @@ def _share_problem(stage_dir: Path, name: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=8)
-def _shares_cached(path: str, stamp: tuple, shares: tuple) -> dict[str, str]:
-    return split_batch_log(Path(path).read_text(encoding="utf-8", errors="replace"), list(shares))
-
-
 def _shares(path: Path, shares: tuple) -> dict[str, str]:
-    st = path.stat()
-    return _shares_cached(str(path), (st.st_size, st.st_mtime_ns, st.st_ino), shares)
+    """The batch output's shares, read now: a cell's log is checked against the bytes on disk at this moment."""
+    return _split_text(path.read_text(encoding="utf-8", errors="replace"), shares)
+
+
+@functools.lru_cache(maxsize=4)
+def _split_text(text: str, shares: tuple) -> dict[str, str]:
+    """split_batch_log, once per output text: every cell of a batch asks for the same split (keyed on the
+    content itself, so a file that changed is never answered from an older read)."""
+    return split_batch_log(text, list(shares))
 
 
 _CONFIG_NAME = re.compile(r"m(\d+)n(\d+)w\d+s\d+")
