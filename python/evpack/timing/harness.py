@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .stats import StopRule, rel_iqr, stop_reason
+from .stats import StopRule, rel_ci_halfwidth, rel_iqr, stop_reason
 from .uniqueness import PER_CALL, PER_REPLAY
 
 log = logging.getLogger(__name__)
@@ -253,6 +253,7 @@ class Timer:
         n_min = max(1, min(min_sets or len(input_sets), len(input_sets)))
         self.sets = list(input_sets[:1]) if mode == "warm" else list(input_sets[:n_min])
         self.times_ms: list[float] = []
+        self.sampled_s = 0.0  # host wall time of this timer's own timed batches (the time cap is judged on it)
         self.stop: str | None = None
         self.error: str = ""
         self.graph, self.capture_ms, self.per = None, None, 1
@@ -419,7 +420,11 @@ class Timer:
                     _max_count(self.host_per_launch_s), max(1, math.ceil(slice_s / max(self.est_sample_s, 1e-7))))
         count = max(count, 1)
         sleep_s = _SLEEP_MARGIN * self.host_per_launch_s * count + 20e-6
-        got, host_s = self._run(count, int(sleep_s * cycles_per_s))
+        t0 = time.perf_counter()
+        try:
+            got, host_s = self._run(count, int(sleep_s * cycles_per_s))
+        finally:
+            self.sampled_s += time.perf_counter() - t0
         self.times_ms += [t / self.per for t in got]
         self.host_per_launch_s = host_s / count
         med = sorted(got)[len(got) // 2] / 1e3
@@ -446,13 +451,15 @@ def sample_interleaved(timers: Sequence[Timer], rule: StopRule, time_cap_s: floa
     Interleaving makes every implementation's samples span the same stretch of time, so
     slow GPU states (clock, power, memory) that last longer than one batch hit all of them
     alike: same-run speedups compare like with like. A timer leaves the rotation when it
-    stops; the sampling time and min_time_s count from the start of the group, and the
-    cap is time_cap_s per timer (so the group may run len(timers) x cap). A timer whose
-    batch raises gets .error and leaves. Returns the group's wall time in seconds.
+    stops (stats.stop_reason: the IQR or the median's CI small enough, or a cap). min_time_s
+    counts from the start of the group; the cap (time_cap_s) counts each timer's own
+    sampling time (Timer.sampled_s), so one noisy implementation left alone in a group stops
+    after its own cap, not after the group's len(timers) x cap. A timer whose batch raises
+    gets .error and leaves. Returns the group's wall time in seconds.
     """
     if not timers:
         return 0.0
-    cap = (rule.time_cap_s if time_cap_s is None else time_cap_s) * len(timers)
+    cap = rule.time_cap_s if time_cap_s is None else time_cap_s
     cycles_per_s = sleep_cycles_per_s(timers[0].stream)
     active = list(timers)
     t0 = time.perf_counter()
@@ -472,7 +479,9 @@ def sample_interleaved(timers: Sequence[Timer], rule: StopRule, time_cap_s: floa
         elapsed = time.perf_counter() - t0
         for t in active:
             if not t.error:
-                t.stop = stop_reason(len(t.times_ms), rel_iqr(t.times_ms), elapsed, rule, cap)
+                rel_ci = rel_ci_halfwidth(t.times_ms) if rule.target_rel_ci > 0 and t.times_ms else None
+                t.stop = stop_reason(len(t.times_ms), rel_iqr(t.times_ms), elapsed, rule, cap, rel_ci_now=rel_ci,
+                                     own_s=t.sampled_s)
         active = [t for t in active if t.stop is None and not t.error]
     return time.perf_counter() - t0
 

@@ -13,6 +13,7 @@ why compare.py judges differences between runs on the IQR, not on this CI.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
@@ -31,6 +32,9 @@ class StopRule:
     target_rel_iqr: float = 0.01  # converged when IQR / median falls below this
     graph_calls: int = 20  # calls captured in one CUDA graph (at least the number of input sets)
     max_batch: int = 256  # calls enqueued between two host synchronizations
+    # also converged when the CI_CONF CI of the median lies within +- this fraction of it (0: off). The IQR is the
+    # spread of the call times and does not shrink with more samples; this is the precision of the median itself.
+    target_rel_ci: float = 0.0
 
     def __post_init__(self) -> None:
         ints = ("warmup", "min_samples", "floor_samples", "max_samples", "graph_calls", "max_batch")
@@ -38,9 +42,10 @@ class StopRule:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "warmup" else 1):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        for name in ("time_cap_s", "hard_cap_factor", "target_rel_iqr", "min_time_s"):
+        for name in ("time_cap_s", "hard_cap_factor", "target_rel_iqr", "min_time_s", "target_rel_ci"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (v == 0 and name != "min_time_s"):
+            zero_ok = name in ("min_time_s", "target_rel_ci")
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (v == 0 and not zero_ok):
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
         if not self.floor_samples <= self.min_samples <= self.max_samples:
             raise ValueError("need floor_samples <= min_samples <= max_samples")
@@ -121,22 +126,49 @@ def rel_iqr(values) -> float:
     return (quantile(xs, 0.75) - quantile(xs, 0.25)) / med if med > 0 else math.inf
 
 
+CI_CONF = 0.95  # the coverage of the median's CI that target_rel_ci bounds
+
+
+@functools.lru_cache(maxsize=8192)
+def _ci_ranks(n: int) -> tuple[int, int, float]:
+    return median_ci_ranks(n, CI_CONF)
+
+
+def rel_ci_halfwidth(values) -> float:
+    """Half the width of the CI_CONF CI of the median (median_ci_ranks), over the median (inf for a median <= 0)."""
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("CI of no samples")
+    lo, hi, _ = _ci_ranks(len(xs))
+    med = quantile(xs, 0.5)
+    return (xs[hi] - xs[lo]) / 2.0 / med if med > 0 else math.inf
+
+
 def stop_reason(n: int, rel_iqr_now: float, elapsed_s: float, rule: StopRule,
-                time_cap_s: float | None = None) -> str | None:
+                time_cap_s: float | None = None, *, rel_ci_now: float | None = None,
+                own_s: float | None = None) -> str | None:
     """The noise-based stopping rule; None = keep sampling.
 
     converged    n >= min_samples, IQR/median < target_rel_iqr and sampled >= min(min_time_s, cap)
+    median_ci    n >= min_samples, the median's CI half-width / median (rel_ci_now) < target_rel_ci (when > 0)
+                 and sampled >= min(min_time_s, cap)
     max_samples  n reached max_samples
-    time_cap     sampling wall time >= cap and n >= floor_samples
-    hard_cap     wall time >= hard_cap_factor x cap and n >= 3 (a call slower than the budget)
+    time_cap     sampling time >= cap and n >= floor_samples
+    hard_cap     sampling time >= hard_cap_factor x cap and n >= 3 (a call slower than the budget)
+    `elapsed_s` is the wall time since sampling began (min_time_s is judged on it); the caps are judged on
+    `own_s`, the time this implementation's own batches took, when given (else on elapsed_s).
     """
     cap = rule.time_cap_s if time_cap_s is None else time_cap_s
     if n >= rule.max_samples:
         return "max_samples"
-    if n >= rule.min_samples and rel_iqr_now < rule.target_rel_iqr and elapsed_s >= min(rule.min_time_s, cap):
-        return "converged"
-    if elapsed_s >= cap and n >= rule.floor_samples:
+    if n >= rule.min_samples and elapsed_s >= min(rule.min_time_s, cap):
+        if rel_iqr_now < rule.target_rel_iqr:
+            return "converged"
+        if rule.target_rel_ci > 0 and rel_ci_now is not None and rel_ci_now < rule.target_rel_ci:
+            return "median_ci"
+    spent = elapsed_s if own_s is None else own_s
+    if spent >= cap and n >= rule.floor_samples:
         return "time_cap"
-    if elapsed_s >= rule.hard_cap_factor * cap and n >= 3:
+    if spent >= rule.hard_cap_factor * cap and n >= 3:
         return "hard_cap"
     return None
