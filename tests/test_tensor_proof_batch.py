@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from evpack.model import ERROR, PASS
+from evpack.packfs import read_stored, write_stored
 from evpack.parsers.ncu import parse_ncu_csv, split_at_markers, split_batch_log
 from evpack.stages import tensor_proof
 
@@ -204,6 +205,9 @@ def test_run_splits_each_batch_into_its_cells(tmp_path, monkeypatch):
     assert all("--batch" in procs[n]["cmd"] for n in procs)
     for n in procs:
         assert (stage / f"{n}.log").read_text(encoding="utf-8") == _log(n)
+    for k in range(4):  # each batch's whole output is kept, inside xz
+        assert not (stage / f"ncu-batch{k}.log").exists()
+        assert read_stored(stage / f"ncu-batch{k}.log.xz").decode() == _log(list(procs)[k])
     out = tensor_proof.derive(stage, stage.parent)
     assert out.status == PASS, out.reason
     assert all(c["caught"] for c in out.data["canaries"])
@@ -239,3 +243,24 @@ def test_a_batch_output_changed_in_place_is_split_again(tmp_path):
     assert batch.stat().st_size == st.st_size and batch.stat().st_ino == st.st_ino
     out = tensor_proof.derive(stage, stage.parent)
     assert out.status == ERROR and "wmma.log is not its share of ncu-batch0.log" in out.reason
+
+
+@pytest.mark.parametrize("attack", ["edited inside xz", "plain beside xz", "truncated xz"])
+def test_a_batch_output_kept_in_xz_is_checked_as_a_plain_one(tmp_path, attack):
+    """The stored form changes nothing: the split is of the inflated bytes, and a second copy, an edit or a broken
+    stream is refused as it is for a plain output."""
+    stage = _as_batch(tmp_path)
+    plain, stored = stage / "ncu-batch0.log", stage / "ncu-batch0.log.xz"
+    text = plain.read_text(encoding="utf-8")
+    write_stored(stored, text.encode())
+    plain.unlink()
+    assert tensor_proof.derive(stage, stage.parent).status == PASS
+    if attack == "edited inside xz":
+        row = next(ln for ln in text.splitlines() if "hmma_src_fp16.sum" in ln and ln.endswith('"0"'))
+        write_stored(stored, text.replace(row, row[:-2] + '1"', 1).encode())
+    elif attack == "plain beside xz":
+        plain.write_text(text, encoding="utf-8")
+    else:
+        stored.write_bytes(stored.read_bytes()[:-40])
+    out = tensor_proof.derive(stage, stage.parent)
+    assert out.status == ERROR and out.reason.startswith("wmma: ")

@@ -8,7 +8,7 @@ this call's own `evpack::<variant>::fwd_kernel<cfg_<config>, T, D>` (a library o
 kernel of another registered variant or config, which the reason names) fails the call, and only our
 kernels' tensor FLOPs count. The foreign-work canary (cuBLAS does the matrix products) must fail that way.
 
-One ncu process per GPU profiles all its cells (`ncu-batch<k>.log`, its record in batches.json); each cell's
+One ncu process per GPU profiles all its cells (`ncu-batch<k>.log`, kept as .xz; its record in batches.json); each cell's
 log is its share of that output, split at the markers (parsers/ncu.split_batch_log), and derive splits the
 batch's output again and requires the same bytes. Packs before the batch ran one ncu process per cell."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import registry
 from ..markdown import text  # report_md: every pack value escaped
-from ..packfs import plain_name
+from ..packfs import plain_name, read_member, write_stored
 from ..parsers.ncu import (
     COVERAGE_MIN,
     METRICS,
@@ -55,6 +55,7 @@ CANARIES = SPEC.canaries  # (CANARY, *LANGUAGE_DECOYS, FOREIGN_CANARY)
 
 BATCH = "ncu-batch"  # <BATCH><k>: the k-th ncu process that profiled several cells (one per GPU)
 BATCHES_FILE = "batches.json"  # every batch process's record, the cells it ran, and why it was not used
+BATCH_SUFFIX = ".xz"  # a used batch's output is kept as <BATCH><k>.log.xz (packs of 2026-11-25 keep it plain)
 
 
 def _ncu_cmd(ncu: str, repo: Path, *target_args: str) -> list[str]:
@@ -108,6 +109,10 @@ def _split_batch(stage_dir: Path, batch: str, rec: dict, names: list[str]) -> st
         return f"its output does not split into its cells ({exc})"
     for n, share in shares.items():
         write_text(stage_dir / f"{n}.log", share)
+    # the whole output stays beside its shares, inside xz (a full suite's is 0.4 MB of repeated CSV lines)
+    plain = stage_dir / f"{batch}.log"
+    write_stored(stage_dir / f"{batch}.log{BATCH_SUFFIX}", plain.read_bytes())
+    plain.unlink()
     return None
 
 
@@ -147,8 +152,10 @@ def _share_problem(stage_dir: Path, name: str) -> str | None:
 
 
 def _shares(path: Path, shares: tuple) -> dict[str, str]:
-    """The batch output's shares, read now: a cell's log is checked against the bytes on disk at this moment."""
-    return _split_text(path.read_text(encoding="utf-8", errors="replace"), shares)
+    """The batch output's shares, read now: a cell's log is checked against the bytes on disk at this moment (the
+    output plain, as packs before BATCH_SUFFIX keep it, or inside xz: packfs.read_member, capped)."""
+    text = read_member(path.parent, path.name).decode("utf-8", errors="replace")
+    return _split_text(text, shares)
 
 
 @functools.lru_cache(maxsize=4)
