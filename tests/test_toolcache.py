@@ -420,3 +420,49 @@ def test_a_real_cache_replays_the_ptxas_report_and_counts_one_builds_calls(tmp_p
     strip = [[ln for ln in e.splitlines() if "Compile time" not in ln] for e in errs]
     assert strip[0] == strip[1] and any("Used" in ln and "registers" in ln for ln in strip[0])
     assert {k: counts[k] for k in ("hits", "misses")} == {"hits": 1, "misses": 1}, counts
+
+
+def test_streamed_output_is_the_run_and_the_cache_hit_byte_for_byte(world):
+    """on_chunk sees the output as it comes; the result, the cache entry and a later hit are the same bytes."""
+    got: list[bytes] = []
+    first = toolcache.run([str(world.tool), "--dump", str(world.binary)], input_path=world.binary,
+                          helpers=("fakehelper",), env=world.env, timeout=60, on_chunk=got.append)
+    assert first.reused is None and b"".join(got) == first.stdout and b"dump of" in first.stdout
+    assert first.stderr == b"a note on stderr\n" and first.returncode == 0
+    hit: list[bytes] = []
+    again = toolcache.run([str(world.tool), "--dump", str(world.binary)], input_path=world.binary,
+                          helpers=("fakehelper",), env=world.env, timeout=60, on_chunk=hit.append)
+    assert again.reused is not None and hit == [first.stdout] and again.stdout == first.stdout
+    assert world.runs() == 1
+
+
+def test_output_is_handed_on_while_the_tool_still_runs(tmp_path, monkeypatch):
+    """The tool prints, then waits until the reader has seen that line (a file on_chunk creates): only a reader
+    that hands output on while the tool runs lets it finish."""
+    import sys
+
+    monkeypatch.setenv(toolcache.ENV, "off")
+    seen = tmp_path / "seen"
+    tool = ("import os, sys, time\nsys.stdout.write('first\\n'); sys.stdout.flush()\n"
+            f"while not os.path.exists({str(seen)!r}): time.sleep(0.01)\nsys.stdout.write('second\\n')\n")
+    chunks: list[bytes] = []
+
+    def on_chunk(chunk: bytes) -> None:
+        chunks.append(chunk)
+        seen.touch()
+
+    out = toolcache.run([sys.executable, "-c", tool], input_path=Path(sys.executable), timeout=30, on_chunk=on_chunk)
+    assert out.stdout == b"first\nsecond\n" and chunks[0] == b"first\n" and out.returncode == 0
+
+
+def test_a_streamed_tool_past_its_timeout_is_killed(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    import time
+
+    monkeypatch.setenv(toolcache.ENV, "off")
+    t0 = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as exc:
+        toolcache.run([sys.executable, "-c", "import sys, time; print('x', flush=True); time.sleep(60)"],
+                      input_path=Path(sys.executable), timeout=1, on_chunk=lambda c: None)
+    assert time.monotonic() - t0 < 30 and exc.value.output == b"x\n"

@@ -25,7 +25,9 @@ import contextlib
 import gzip
 import lzma
 import os
+import queue
 import secrets
+import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,6 +151,62 @@ def write_stored(path: Path, data: bytes) -> None:
     """Write `data` to `path` in the stored form its suffix names (atomic: temp file + rename)."""
     path = Path(path)
     write_bytes(path, compress(data, path.suffix if path.suffix in COMPRESSED_SUFFIXES else ""))
+
+
+class StoredStream:
+    """write_stored fed in pieces as they come (a tool's output while it runs): the file is the one
+    write_stored(path, b"".join(pieces)) writes, byte for byte (an xz stream does not depend on how its input
+    was cut), written when close() is called. The compression runs on a thread of its own, so the reader
+    that feeds it keeps draining the tool's pipe; abort() drops everything and writes nothing."""
+
+    _END = None
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        suffix = self.path.suffix if self.path.suffix in COMPRESSED_SUFFIXES else ""
+        self._xz = lzma.LZMACompressor(format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=XZ_PRESET) \
+            if suffix == ".xz" else None
+        self._suffix = suffix
+        self._pieces: list[bytes] = []
+        self._error: BaseException | None = None
+        self._queue: queue.Queue = queue.Queue(maxsize=256)
+        self._thread = threading.Thread(target=self._work, name=f"store {self.path.name}", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        while (chunk := self._queue.get()) is not self._END:
+            if self._error is not None:
+                continue
+            try:
+                self._pieces.append(self._xz.compress(chunk) if self._xz is not None else chunk)
+            except BaseException as exc:  # noqa: BLE001 - handed to close()
+                self._error = exc
+        if self._xz is not None and self._error is None:
+            try:
+                self._pieces.append(self._xz.flush())
+            except BaseException as exc:  # noqa: BLE001
+                self._error = exc
+
+    def feed(self, chunk: bytes) -> None:
+        if chunk:
+            self._queue.put(bytes(chunk))
+
+    def _finish(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(self._END)
+            self._thread.join()
+
+    def close(self) -> None:
+        """Write the file (atomic, as write_stored); the compressor's error, if it had one, is raised here."""
+        self._finish()
+        if self._error is not None:
+            raise self._error
+        data = b"".join(self._pieces)
+        write_bytes(self.path, data if self._xz is not None else compress(data, self._suffix))
+
+    def abort(self) -> None:
+        self._finish()
+        self._pieces = []
 
 
 def stored_forms(folder: Path, name: str) -> list[Path]:

@@ -31,9 +31,11 @@ import shutil
 import stat
 import struct
 import subprocess
+import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -49,6 +51,9 @@ RECIPE = 1  # what an entry holds and how its key is made; a change here makes e
 MAX_ENTRIES = 16
 _INPUT = "<input>"
 _SHT_NOBITS = 8
+
+
+_STREAM_CHUNK = 1 << 20  # stdout is handed on in pieces of at most this many bytes
 
 
 @dataclass(frozen=True)
@@ -263,9 +268,45 @@ def _evict(root: Path) -> None:
 
 # ---- the one call ------------------------------------------------------------------------------------
 
+def _run_streaming(cmd: list[str], env, timeout: float | None, on_chunk: Callable[[bytes], None]) -> ToolRun:
+    """subprocess.run(cmd, capture_output=True, env=env, timeout=timeout), with each piece of stdout handed to
+    on_chunk as the tool writes it (subprocess.TimeoutExpired after killing the tool, as subprocess.run)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    err: list[bytes] = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    expired = threading.Event()
+
+    def _expire() -> None:
+        expired.set()
+        proc.kill()
+
+    watchdog = threading.Timer(timeout, _expire) if timeout is not None else None
+    if watchdog is not None:
+        watchdog.start()
+    out: list[bytes] = []
+    try:
+        while chunk := proc.stdout.read1(_STREAM_CHUNK):
+            out.append(chunk)
+            on_chunk(chunk)
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+        if sys.exc_info()[0] is not None:
+            proc.kill()
+        proc.wait()
+        reader.join()
+        proc.stdout.close()
+        proc.stderr.close()
+    if expired.is_set():
+        raise subprocess.TimeoutExpired(cmd, timeout, b"".join(out), b"".join(err))
+    return ToolRun(proc.returncode, b"".join(out), b"".join(err))
+
+
 def run(cmd: list[str], *, input_path: Path, helpers: tuple[str, ...] = (), env: dict[str, str] | None = None,
-        timeout: float | None = None) -> ToolRun:
-    """`cmd`'s exit status and output: from the cache when an entry has this key, else from running it."""
+        timeout: float | None = None, on_chunk: Callable[[bytes], None] | None = None) -> ToolRun:
+    """`cmd`'s exit status and output: from the cache when an entry has this key, else from running it.
+    `on_chunk` (optional) is handed the output as it comes: piece by piece while the tool runs, whole on a hit."""
     root, why = usable_root()
     material = key_material(cmd, Path(input_path), helpers, env) if root is not None else None
     key = _key(material) if material is not None else None
@@ -278,14 +319,19 @@ def run(cmd: list[str], *, input_path: Path, helpers: tuple[str, ...] = (), env:
                 log.info("tool cache: %s output for device code %s reused (entry of %s)", Path(cmd[0]).name,
                          material["input"].get("device_code_sha256", material["input"].get("file_sha256"))[:12],
                          hit.reused["created"])
+                if on_chunk is not None:
+                    on_chunk(hit.stdout)
                 return hit
             log.warning("tool cache: entry %s is damaged or not this run's: removed, the tool runs", key[:12])
             _remove(entry)
     elif why and os.environ.get(ENV, "").strip().lower() not in OFF:
         log.info("tool cache not used: %s", why)
-    proc = subprocess.run(cmd, capture_output=True, env=env, timeout=timeout)
-    result = ToolRun(proc.returncode, proc.stdout, proc.stderr)
-    if root is not None and key is not None and proc.returncode == 0:
+    if on_chunk is not None:
+        result = _run_streaming(cmd, env, timeout, on_chunk)
+    else:
+        proc = subprocess.run(cmd, capture_output=True, env=env, timeout=timeout)
+        result = ToolRun(proc.returncode, proc.stdout, proc.stderr)
+    if root is not None and key is not None and result.returncode == 0:
         # the input may have changed while the tool read it: keep the output only for what is there now
         if key_material(cmd, Path(input_path), helpers, env) == material:
             _write_entry(root, key, material, result)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .. import binary, registry, toolcache, tools
 from ..markdown import code, fence, short, text  # report_md: every pack value escaped
-from ..packfs import plain_name, read_stored, write_stored
+from ..packfs import StoredStream, plain_name, read_stored, write_stored
 from ..parsers import sass, symbols
 from ..records.binary import BinaryRecord
 from ..records.build import BuiltKernel
@@ -160,11 +160,18 @@ def _dump_module(ctx: StageContext, build_name: str, module_default: str, cuobjd
         return entry, problems
     cmd = [cuobjdump, "--dump-sass", str(path)]
     # the output of an earlier run on the same device code and tools, byte for byte, when there is one
-    proc = toolcache.run(cmd, input_path=path, helpers=("nvdisasm",), env=tools.tool_env(), timeout=TIMEOUT_S - 60)
+    # the dump is compressed while cuobjdump still writes it (packfs.StoredStream: the same file as write_stored)
+    stored = StoredStream(ctx.dir / _dump_name(module))
+    try:
+        proc = toolcache.run(cmd, input_path=path, helpers=("nvdisasm",), env=tools.tool_env(),
+                             timeout=TIMEOUT_S - 60, on_chunk=stored.feed)
+    except BaseException:
+        stored.abort()
+        raise
     entry.update(command=" ".join(cmd), rc=proc.returncode, dump=_dump_name(module), dump_bytes=len(proc.stdout))
     if proc.reused:
         entry.update(reused=proc.reused)  # the tool cache entry (key, when it was made)
-    _write_dump(ctx.dir / _dump_name(module), proc.stdout)
+    stored.close()
     if proc.stderr.strip():
         stderr = f"{module}.stderr.txt"
         entry.update(stderr=stderr)
@@ -173,11 +180,6 @@ def _dump_module(ctx: StageContext, build_name: str, module_default: str, cuobjd
     if after != sha256:
         problems.append(f"{module}: {path} changed while it was disassembled ({sha256} -> {after})")
     return entry, problems
-
-
-def _write_dump(path: Path, data: bytes) -> None:
-    """cuobjdump's stdout, byte for byte (inside an xz or gzip stream when the name ends in .xz or .gz)."""
-    write_stored(path, data)
 
 
 # ---- derive ----------------------------------------------------------------------------
