@@ -14,7 +14,7 @@ from evpack.timing import harness
 from evpack.timing.stats import StopRule, rel_ci_halfwidth, rel_iqr, spread, stop_reason
 
 RULE = StopRule(min_samples=30, floor_samples=10, max_samples=2000, time_cap_s=0.3, min_time_s=0.1,
-                target_rel_iqr=0.01, target_rel_ci=0.005)
+                target_rel_iqr=0.01, target_rel_ci=0.005, target_rel_ci_pair=0.0025)
 
 
 @given(st.lists(st.floats(min_value=1.0, max_value=1e4, allow_nan=False), min_size=1, max_size=400))
@@ -65,6 +65,7 @@ class FakeTimer:
         self.rng = random.Random(name)
         self.times_ms: list[float] = []
         self.sampled_s, self.stop, self.error, self.stream = 0.0, None, "", None
+        self.twin = None
 
     def sample(self, slice_s: float, cycles_per_s: float) -> None:
         self.times_ms += [1.0 + self.noise * self.rng.gauss(0, 1) for _ in range(self.per_batch)]
@@ -99,3 +100,49 @@ def test_noise_that_averages_out_stops_on_the_median_ci(monkeypatch):
     assert t.stop == "median_ci" and rel_iqr(t.times_ms) > 0.03
     assert len(t.times_ms) < 600 and rel_ci_halfwidth(t.times_ms) < 0.005
     assert math.isfinite(t.sampled_s)
+
+
+def test_twins_stop_together_and_span_the_same_time(monkeypatch):
+    """An A/B's head is quiet, its base noisy: the head waits for its twin (the same rounds, the same stretch of
+    time), while a quiet implementation without a twin leaves as soon as it converges."""
+    clock = [0.0]
+    head, base = FakeTimer("head", 0.001, 0.003, 8, clock), FakeTimer("base", 0.03, 0.003, 8, clock)
+    alone = FakeTimer("alone", 0.001, 0.003, 8, clock)
+    harness.pair_twins(head, base)
+    _group(monkeypatch, [head, base, alone], clock)
+    assert head.stop == "converged" and base.stop == "median_ci"
+    assert head.sampled_s == pytest.approx(base.sampled_s) and len(head.times_ms) == len(base.times_ms)
+    assert alone.sampled_s < head.sampled_s / 3
+    assert rel_ci_halfwidth(base.times_ms) < 0.0025  # the twins' target, not the 0.5% of a row without one
+
+
+def test_twins_are_held_to_the_pair_target_and_the_pair_cap(monkeypatch):
+    clock = [0.0]
+    single = FakeTimer("single", 0.03, 0.003, 8, clock)
+    _group(monkeypatch, [single], clock)
+    clock = [0.0]
+    a, b = FakeTimer("single", 0.03, 0.003, 8, clock), FakeTimer("other", 0.03, 0.003, 8, clock)
+    harness.pair_twins(a, b)
+    _group(monkeypatch, [a, b], clock)
+    assert single.stop == a.stop == b.stop == "median_ci"
+    assert len(a.times_ms) > 2 * len(single.times_ms)  # same noise: the pair samples to +-0.25%, not +-0.5%
+    clock = [0.0]
+    c, d = FakeTimer("c", 2.0, 0.003, 1, clock), FakeTimer("d", 2.0, 0.003, 1, clock)
+    harness.pair_twins(c, d)
+    _group(monkeypatch, [c, d], clock)
+    cap = RULE.time_cap_s * harness.PAIR_CAP_FACTOR
+    assert c.stop == d.stop == "time_cap" and cap <= c.sampled_s < cap + 0.01
+
+
+def test_a_twin_that_fails_does_not_hold_the_other(monkeypatch):
+    clock = [0.0]
+    a, b = FakeTimer("a", 0.001, 0.003, 8, clock), FakeTimer("b", 0.001, 0.003, 8, clock)
+    harness.pair_twins(a, b)
+
+    def broken(slice_s, cycles_per_s):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    b.sample = broken
+    b.stream = type("Stream", (), {"synchronize": lambda self: None})()
+    _group(monkeypatch, [a, b], clock)
+    assert a.stop == "converged" and b.error.startswith("RuntimeError") and b.stop is None

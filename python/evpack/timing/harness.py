@@ -44,6 +44,7 @@ implementations; interleaved, both see the same states.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import random
@@ -254,6 +255,7 @@ class Timer:
         self.sets = list(input_sets[:1]) if mode == "warm" else list(input_sets[:n_min])
         self.times_ms: list[float] = []
         self.sampled_s = 0.0  # host wall time of this timer's own timed batches (the time cap is judged on it)
+        self.twin: Timer | None = None  # the A/B's other side of this kernel (pair_twins): the two stop together
         self.stop: str | None = None
         self.error: str = ""
         self.graph, self.capture_ms, self.per = None, None, 1
@@ -454,12 +456,15 @@ def sample_interleaved(timers: Sequence[Timer], rule: StopRule, time_cap_s: floa
     stops (stats.stop_reason: the IQR or the median's CI small enough, or a cap). min_time_s
     counts from the start of the group; the cap (time_cap_s) counts each timer's own
     sampling time (Timer.sampled_s), so one noisy implementation left alone in a group stops
-    after its own cap, not after the group's len(timers) x cap. A timer whose batch raises
-    gets .error and leaves. Returns the group's wall time in seconds.
+    after its own cap, not after the group's len(timers) x cap. An A/B's twins (pair_twins)
+    are held to target_rel_ci_pair within PAIR_CAP_FACTOR x the cap and stop in the same
+    round, so both span the same stretch of time. A timer whose batch raises gets .error
+    and leaves. Returns the group's wall time in seconds.
     """
     if not timers:
         return 0.0
     cap = rule.time_cap_s if time_cap_s is None else time_cap_s
+    pair_rule = dataclasses.replace(rule, target_rel_ci=rule.target_rel_ci_pair or rule.target_rel_ci)
     cycles_per_s = sleep_cycles_per_s(timers[0].stream)
     active = list(timers)
     t0 = time.perf_counter()
@@ -477,13 +482,34 @@ def sample_interleaved(timers: Sequence[Timer], rule: StopRule, time_cap_s: floa
                 t.error = " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
                 t.stream.synchronize()
         elapsed = time.perf_counter() - t0
+        ready = {id(t): _reason(t, pair_rule if t.twin is not None else rule, elapsed,
+                                cap * PAIR_CAP_FACTOR if t.twin is not None else cap)
+                 for t in active if not t.error}
         for t in active:
-            if not t.error:
-                rel_ci = rel_ci_halfwidth(t.times_ms) if rule.target_rel_ci > 0 and t.times_ms else None
-                t.stop = stop_reason(len(t.times_ms), rel_iqr(t.times_ms), elapsed, rule, cap, rel_ci_now=rel_ci,
-                                     own_s=t.sampled_s)
+            if t.error:
+                continue
+            twin = t.twin
+            # twins stop in the same round: their samples span the same stretch of time (the A/B compares them)
+            waits = (twin is not None and twin in active and not twin.error and ready.get(id(twin)) is None
+                     and ready[id(t)] != "max_samples")
+            t.stop = None if waits else ready[id(t)]
         active = [t for t in active if t.stop is None and not t.error]
     return time.perf_counter() - t0
+
+
+PAIR_CAP_FACTOR = 2.0  # an A/B twin's time cap is this many times the group's
+
+
+def _reason(t: Timer, rule: StopRule, elapsed: float, cap: float) -> str | None:
+    """stats.stop_reason for one timer now (its own sampling time against the cap)."""
+    rel_ci = rel_ci_halfwidth(t.times_ms) if rule.target_rel_ci > 0 and t.times_ms else None
+    return stop_reason(len(t.times_ms), rel_iqr(t.times_ms), elapsed, rule, cap, rel_ci_now=rel_ci, own_s=t.sampled_s)
+
+
+def pair_twins(a: Timer, b: Timer) -> None:
+    """Make a and b an A/B's twins: sampled to target_rel_ci_pair within PAIR_CAP_FACTOR x the cap, stopped
+    together."""
+    a.twin, b.twin = b, a
 
 
 def measure(fn: Callable, input_sets: Sequence[tuple], mode: str, rule: StopRule, *,

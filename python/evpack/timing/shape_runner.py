@@ -97,6 +97,14 @@ def _torch_error(qkv, causal: bool, ref) -> float | None:
     return None
 
 
+def _pair(timers: list[tuple[Impl, harness.Timer]]) -> None:
+    """Each base timer and the head timer of the same kernel become twins (harness.pair_twins)."""
+    heads = {(im.variant, im.config): t for im, t in timers if im.impl == OURS}
+    for im, t in timers:
+        if im.impl == BASE and (im.variant, im.config) in heads:
+            harness.pair_twins(heads[(im.variant, im.config)], t)
+
+
 class ShapeRunner:
     def __init__(self, suite, op, stream, l2_bytes: int, variant_names=None, t_start: float | None = None,
                  base=None):
@@ -283,6 +291,7 @@ class ShapeRunner:
                 self.stream.synchronize()
                 im.rows += self._add([new_row(im.impl, im.variant, im.config, shape, mode, must_run=im.must_run,
                                               status="error", reason=_why(exc), **im.extra)])
+        _pair(timers)
         try:
             wall = harness.sample_interleaved([t for _, t in timers], self.rule, cap)
         finally:
@@ -360,6 +369,7 @@ class ShapeRunner:
                         except Exception as exc:  # noqa: BLE001 - an unconfirmed row stays UNSURE
                             log.warning("confirm %s %s/%s %s: %s", shape.key, variant, config, mode, _why(exc))
                             self.stream.synchronize()
+                _pair([(Impl(impl, variant, config, None, True), t) for (impl, variant, config), t in timers])
                 try:
                     harness.sample_interleaved([t for _, t in timers], self.rule, cap_s)
                 finally:

@@ -35,6 +35,8 @@ class StopRule:
     # also converged when the CI_CONF CI of the median lies within +- this fraction of it (0: off). The IQR is the
     # spread of the call times and does not shrink with more samples; this is the precision of the median itself.
     target_rel_ci: float = 0.0
+    # the same for each of an A/B's twins (head and base of one kernel), which stop together (0: target_rel_ci)
+    target_rel_ci_pair: float = 0.0
 
     def __post_init__(self) -> None:
         ints = ("warmup", "min_samples", "floor_samples", "max_samples", "graph_calls", "max_batch")
@@ -42,9 +44,10 @@ class StopRule:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "warmup" else 1):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        for name in ("time_cap_s", "hard_cap_factor", "target_rel_iqr", "min_time_s", "target_rel_ci"):
+        for name in ("time_cap_s", "hard_cap_factor", "target_rel_iqr", "min_time_s", "target_rel_ci",
+                     "target_rel_ci_pair"):
             v = getattr(self, name)
-            zero_ok = name in ("min_time_s", "target_rel_ci")
+            zero_ok = name in ("min_time_s", "target_rel_ci", "target_rel_ci_pair")
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (v == 0 and not zero_ok):
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
         if not self.floor_samples <= self.min_samples <= self.max_samples:
