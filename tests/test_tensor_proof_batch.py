@@ -1,9 +1,9 @@
 """One ncu process for several tensor_proof cells: the split of its output at the markers, and derive's check
 that each cell's log is its share of the batch's output.
 
-Every ncu output here is real: the tensor_proof folder of the full-suite reference pack
-20261125T024705Z-0f574c333ed9 (one H200, one ncu process per cell). A cell's own log serves as a batch's output
-(a batch of one cell, or its calls taken as two cells' calls), so no byte of tool output is written by hand.
+Every ncu output here is real: the tensor_proof folder of the newest full-suite reference pack (one H200; its
+cells' logs are shares of one ncu process's output). A cell's log serves as a batch's output (a batch of one
+cell, or its calls taken as two cells' calls), so no byte of tool output is written by hand.
 """
 from __future__ import annotations
 
@@ -12,14 +12,16 @@ import shutil
 from pathlib import Path
 
 import pytest
+import reference
 
 from evpack.model import ERROR, PASS
 from evpack.packfs import read_stored, write_stored
 from evpack.parsers.ncu import parse_ncu_csv, split_at_markers, split_batch_log
 from evpack.stages import tensor_proof
 
-REF = Path(__file__).resolve().parents[1] / "artifacts" / "reference" / "20261125T024705Z-0f574c333ed9"
+REF = reference.FULL or Path(__file__).resolve().parents[1] / "artifacts" / "reference" / "none"
 TP = REF / "tensor_proof"
+pytestmark = reference.needs("FULL")
 
 
 def _log(name: str) -> str:
@@ -66,9 +68,11 @@ def test_shares_that_do_not_fit_the_output_are_refused(shares, match):
 
 
 def test_a_launch_before_the_first_marker_is_refused():
-    lines = _log("wmma").splitlines()
-    first_marker = next(i for i, ln in enumerate(lines) if ln.startswith('"0",'))
-    no_first_marker = "\n".join(ln for i, ln in enumerate(lines) if not ln.startswith('"0",')) + "\n"
+    text = _log("wmma")
+    lines = text.splitlines()
+    first = f'"{parse_ncu_csv(text)[0].launch_id}",'  # the first call's marker (a share's IDs go on from the batch's)
+    first_marker = next(i for i, ln in enumerate(lines) if ln.startswith(first))
+    no_first_marker = "\n".join(ln for ln in lines if not ln.startswith(first)) + "\n"
     assert first_marker > 0
     with pytest.raises(ValueError, match="before the first marker"):
         split_batch_log(no_first_marker, [("wmma", _calls("wmma") - 1)])
@@ -83,6 +87,10 @@ def _as_batch(tmp_path: Path, names: tuple[str, ...] = ("wmma",)) -> Path:
     shutil.copytree(REF, pack)
     stage = pack / "tensor_proof"
     procs = json.loads((stage / "procs.json").read_text(encoding="utf-8"))
+    for old in [*stage.glob("ncu-batch*.log"), *stage.glob("ncu-batch*.log.*")]:  # the pack's own batch output
+        old.unlink()
+    for name, rec in procs.items():  # every other cell as if its own process had run it: its log is whole
+        rec.pop("batch", None)
     for k, name in enumerate(names):
         shutil.copyfile(stage / f"{name}.log", stage / f"ncu-batch{k}.log")
         cmd = [c for c in procs[name]["cmd"][:-4]] + ["--batch", name, "--manifest-dir", "x"]
@@ -136,7 +144,7 @@ def test_a_carried_cell_is_not_split_again(tmp_path):
     stage = _as_batch(tmp_path)
     (stage / "ncu-batch0.log").unlink()
     procs = json.loads((stage / "procs.json").read_text(encoding="utf-8"))
-    procs["wmma"]["carried_from"] = "20261125T024705Z-0f574c333ed9"
+    procs["wmma"]["carried_from"] = REF.name
     (stage / "procs.json").write_text(json.dumps(procs), encoding="utf-8")
     assert tensor_proof.derive(stage, stage.parent).status == PASS
 
