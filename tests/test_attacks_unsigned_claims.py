@@ -269,6 +269,19 @@ def test_report_shows_what_the_files_give_not_what_outcome_json_leaves_out(quick
 GPU_STAGES = ("correctness", "sanitize", "stability", "tensor_proof")
 
 
+def _unbatch(stage_dir) -> None:
+    """The forger's first step on a pack whose tensor proof ran as one ncu batch: the batch's output and record
+    deleted and every cell made to look like its own process's (each cell's log is a whole ncu output), so that
+    derive does not split a batch output the edits below would no longer match. What the tests then edit is
+    judged as in a pack of one process per cell."""
+    for f in [*stage_dir.glob("ncu-batch*"), stage_dir / "batches.json"]:
+        f.unlink(missing_ok=True)
+    procs = json.loads((stage_dir / "procs.json").read_text())
+    for rec in procs.values():
+        rec.pop("batch", None)
+    (stage_dir / "procs.json").write_text(json.dumps(procs, indent=2) + "\n")
+
+
 def _drop_variant(stage_dir, variant: str) -> None:
     """Every cell of `variant` out of a stage: its procs.json entry and its files."""
     procs = json.loads((stage_dir / "procs.json").read_text())
@@ -288,6 +301,7 @@ def test_a_shipped_variant_cannot_be_left_out_of_a_gpu_stage(quick, stages):
     verified as evidence:complete, and wgmma, which the build shipped, appeared in no GPU table."""
     pj = json.loads((quick / "pack.json").read_text())
     assert pj["options"]["variants"] is None and not pj["incremental"]["carried"]
+    _unbatch(quick / "tensor_proof")
     for s in stages:
         _drop_variant(quick / s, "wgmma")
     forge(quick, claims=True)
@@ -465,6 +479,7 @@ def test_a_tensor_call_is_judged_by_the_registry_and_its_shape_not_its_manifest(
     scalar) left executed_tensor_work passing and the pack tensor-cores-verified. The kind is now the registry's,
     the FLOPs those the call's shape gives (parsers/ncu.py), and a manifest that disagrees is an error naming it."""
     t = quick / "tensor_proof"
+    _unbatch(t)
     _scale_tensor_counters(t / "wgmma.log", factor)
     mf = t / "wgmma.manifest.json"
     manifest = json.loads(mf.read_text())

@@ -89,13 +89,15 @@ def _as_batch(tmp_path: Path, names: tuple[str, ...] = ("wmma",)) -> Path:
     procs = json.loads((stage / "procs.json").read_text(encoding="utf-8"))
     for old in [*stage.glob("ncu-batch*.log"), *stage.glob("ncu-batch*.log.*")]:  # the pack's own batch output
         old.unlink()
-    for name, rec in procs.items():  # every other cell as if its own process had run it: its log is whole
+    for rec in procs.values():  # every other cell as if its own process had run it: its log is whole
         rec.pop("batch", None)
     for k, name in enumerate(names):
         shutil.copyfile(stage / f"{name}.log", stage / f"ncu-batch{k}.log")
         cmd = [c for c in procs[name]["cmd"][:-4]] + ["--batch", name, "--manifest-dir", "x"]
         procs[name] = {**procs[name], "cmd": cmd, "batch": f"ncu-batch{k}"}
     (stage / "procs.json").write_text(json.dumps(procs), encoding="utf-8")
+    batches = {f"ncu-batch{k}": {**procs[name], "cells": [name], "problem": None} for k, name in enumerate(names)}
+    (stage / "batches.json").write_text(json.dumps(batches), encoding="utf-8")
     return stage
 
 
@@ -119,7 +121,8 @@ def test_a_cell_log_edited_after_the_batch_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("attack", ["no batch output", "batch names another cell", "batch is a path",
-                                    "batch output edited"])
+                                    "batch output edited", "no batch record", "batch record says unused",
+                                    "batch record names other cells"])
 def test_a_batch_record_that_does_not_give_the_cell_log_is_refused(tmp_path, attack):
     stage = _as_batch(tmp_path)
     procs = json.loads((stage / "procs.json").read_text(encoding="utf-8"))
@@ -129,6 +132,15 @@ def test_a_batch_record_that_does_not_give_the_cell_log_is_refused(tmp_path, att
         procs["wmma"]["cmd"][-3] = "mma"
     elif attack == "batch is a path":
         procs["wmma"]["batch"] = "../tensor_proof/ncu-batch0"
+    elif attack.startswith("no batch record"):
+        (stage / "batches.json").unlink()
+    elif attack.startswith("batch record"):
+        batches = json.loads((stage / "batches.json").read_text(encoding="utf-8"))
+        if attack.endswith("unused"):
+            batches["ncu-batch0"]["problem"] = "exited 3: profiling failed"
+        else:
+            batches["ncu-batch0"]["cells"] = ["wmma", "mma"]
+        (stage / "batches.json").write_text(json.dumps(batches), encoding="utf-8")
     else:  # the batch's output loses the cell's last call: the count no longer fits
         text = (stage / "ncu-batch0.log").read_text(encoding="utf-8")
         last = parse_ncu_csv(text)[-2].launch_id  # the last call's marker

@@ -10,7 +10,8 @@ kernels' tensor FLOPs count. The foreign-work canary (cuBLAS does the matrix pro
 
 One ncu process per GPU profiles all its cells (`ncu-batch<k>.log`, kept as .xz; its record in batches.json); each cell's
 log is its share of that output, split at the markers (parsers/ncu.split_batch_log), and derive splits the
-batch's output again and requires the same bytes. Packs before the batch ran one ncu process per cell."""
+batch's output again and requires the same bytes, and batches.json's record of the batch as run and used for
+exactly the cells its command names. Packs before the batch ran one ncu process per cell."""
 from __future__ import annotations
 
 import functools
@@ -140,6 +141,10 @@ def _share_problem(stage_dir: Path, name: str) -> str | None:
     names = _batch_names(rec.cmd)
     if not isinstance(rec.batch, str) or not plain_name(f"{rec.batch}.log") or not names or name not in names:
         return f"{name}: procs.json says batch {rec.batch!r} ran it, and that batch's command does not name it"
+    recorded = _batch_record(stage_dir, rec.batch)
+    if recorded is None or recorded.get("cells") != names or recorded.get("problem") is not None:
+        return (f"{name}: {BATCHES_FILE} does not record batch {rec.batch} as run and used for the cells its "
+                "command names")
     try:
         shares = _shares(stage_dir / f"{rec.batch}.log", tuple((n, _call_count(stage_dir, n)) for n in names))
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -149,6 +154,15 @@ def _share_problem(stage_dir: Path, name: str) -> str | None:
     if mine != shares[name]:
         return f"{name}: {name}.log is not its share of {rec.batch}.log (split at the markers again)"
     return None
+
+
+def _batch_record(stage_dir: Path, batch: str) -> dict | None:
+    """batches.json's entry of one batch (None: the file, or the entry, is missing or not an object)."""
+    try:
+        entry = read_json(stage_dir / BATCHES_FILE).get(batch)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return entry if isinstance(entry, dict) else None
 
 
 def _shares(path: Path, shares: tuple) -> dict[str, str]:
