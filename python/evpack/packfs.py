@@ -99,10 +99,16 @@ def read_stored(path: Path, limit: int = MAX_INFLATED_BYTES) -> bytes:
         raise CompressedFileError(f"{path.name}: cannot be inflated ({type(exc).__name__}: {exc})") from None
 
 
+def _xz_compressor() -> lzma.LZMACompressor:
+    """The one xz encoder of stored files (compress, StoredStream): the same bytes give the same stream."""
+    return lzma.LZMACompressor(format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=XZ_PRESET)
+
+
 def compress(data: bytes, suffix: str) -> bytes:
     """`data` in the stored form of `suffix` ('' plain, '.xz', '.gz'): the same bytes give the same file."""
     if suffix == ".xz":
-        return lzma.compress(data, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=XZ_PRESET)
+        xz = _xz_compressor()
+        return xz.compress(data) + xz.flush()
     if suffix == ".gz":
         return gzip.compress(data, compresslevel=6, mtime=0)
     if suffix:
@@ -163,10 +169,7 @@ class StoredStream:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        suffix = self.path.suffix if self.path.suffix in COMPRESSED_SUFFIXES else ""
-        self._xz = lzma.LZMACompressor(format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=XZ_PRESET) \
-            if suffix == ".xz" else None
-        self._suffix = suffix
+        self._xz = _xz_compressor() if self.path.suffix == ".xz" else None  # other forms: write_stored at close
         self._pieces: list[bytes] = []
         self._error: BaseException | None = None
         self._queue: queue.Queue = queue.Queue(maxsize=256)
@@ -202,7 +205,10 @@ class StoredStream:
         if self._error is not None:
             raise self._error
         data = b"".join(self._pieces)
-        write_bytes(self.path, data if self._xz is not None else compress(data, self._suffix))
+        if self._xz is not None:
+            write_bytes(self.path, data)
+        else:
+            write_stored(self.path, data)
 
     def abort(self) -> None:
         self._finish()

@@ -326,11 +326,7 @@ def run(cmd: list[str], *, input_path: Path, helpers: tuple[str, ...] = (), env:
             _remove(entry)
     elif why and os.environ.get(ENV, "").strip().lower() not in OFF:
         log.info("tool cache not used: %s", why)
-    if on_chunk is not None:
-        result = _run_streaming(cmd, env, timeout, on_chunk)
-    else:
-        proc = subprocess.run(cmd, capture_output=True, env=env, timeout=timeout)
-        result = ToolRun(proc.returncode, proc.stdout, proc.stderr)
+    result = _run_streaming(cmd, env, timeout, on_chunk or (lambda chunk: None))
     if root is not None and key is not None and result.returncode == 0:
         # the input may have changed while the tool read it: keep the output only for what is there now
         if key_material(cmd, Path(input_path), helpers, env) == material:

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .stats import StopRule, rel_ci_halfwidth, rel_iqr, stop_reason
+from .stats import StopRule, noise, rel_iqr, stop_reason
 from .uniqueness import PER_CALL, PER_REPLAY
 
 log = logging.getLogger(__name__)
@@ -502,8 +502,8 @@ PAIR_CAP_FACTOR = 2.0  # an A/B twin's time cap is this many times the group's
 
 def _reason(t: Timer, rule: StopRule, elapsed: float, cap: float) -> str | None:
     """stats.stop_reason for one timer now (its own sampling time against the cap)."""
-    rel_ci = rel_ci_halfwidth(t.times_ms) if rule.target_rel_ci > 0 and t.times_ms else None
-    return stop_reason(len(t.times_ms), rel_iqr(t.times_ms), elapsed, rule, cap, rel_ci_now=rel_ci, own_s=t.sampled_s)
+    rel_iqr_now, rel_ci = noise(t.times_ms, rule.target_rel_ci > 0)
+    return stop_reason(len(t.times_ms), rel_iqr_now, elapsed, rule, cap, rel_ci_now=rel_ci, own_s=t.sampled_s)
 
 
 def pair_twins(a: Timer, b: Timer) -> None:

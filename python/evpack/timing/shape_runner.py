@@ -97,12 +97,13 @@ def _torch_error(qkv, causal: bool, ref) -> float | None:
     return None
 
 
-def _pair(timers: list[tuple[Impl, harness.Timer]]) -> None:
-    """Each base timer and the head timer of the same kernel become twins (harness.pair_twins)."""
-    heads = {(im.variant, im.config): t for im, t in timers if im.impl == OURS}
-    for im, t in timers:
-        if im.impl == BASE and (im.variant, im.config) in heads:
-            harness.pair_twins(heads[(im.variant, im.config)], t)
+def _pair(timers) -> None:
+    """Each base timer and the head timer of the same kernel become twins (harness.pair_twins); `timers` holds
+    ((impl, variant, config), timer) pairs."""
+    heads = {(variant, config): t for (impl, variant, config), t in timers if impl == OURS}
+    for (impl, variant, config), t in timers:
+        if impl == BASE and (variant, config) in heads:
+            harness.pair_twins(heads[(variant, config)], t)
 
 
 class ShapeRunner:
@@ -291,7 +292,7 @@ class ShapeRunner:
                 self.stream.synchronize()
                 im.rows += self._add([new_row(im.impl, im.variant, im.config, shape, mode, must_run=im.must_run,
                                               status="error", reason=_why(exc), **im.extra)])
-        _pair(timers)
+        _pair([((im.impl, im.variant, im.config), t) for im, t in timers])
         try:
             wall = harness.sample_interleaved([t for _, t in timers], self.rule, cap)
         finally:
@@ -369,7 +370,7 @@ class ShapeRunner:
                         except Exception as exc:  # noqa: BLE001 - an unconfirmed row stays UNSURE
                             log.warning("confirm %s %s/%s %s: %s", shape.key, variant, config, mode, _why(exc))
                             self.stream.synchronize()
-                _pair([(Impl(impl, variant, config, None, True), t) for (impl, variant, config), t in timers])
+                _pair(timers)
                 try:
                     harness.sample_interleaved([t for _, t in timers], self.rule, cap_s)
                 finally:

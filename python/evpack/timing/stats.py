@@ -124,7 +124,10 @@ def spread(values, conf: float = 0.95) -> Spread:
 
 
 def rel_iqr(values) -> float:
-    xs = sorted(values)
+    return _rel_iqr_sorted(sorted(values))
+
+
+def _rel_iqr_sorted(xs: list[float]) -> float:
     med = quantile(xs, 0.5)
     return (quantile(xs, 0.75) - quantile(xs, 0.25)) / med if med > 0 else math.inf
 
@@ -139,12 +142,21 @@ def _ci_ranks(n: int) -> tuple[int, int, float]:
 
 def rel_ci_halfwidth(values) -> float:
     """Half the width of the CI_CONF CI of the median (median_ci_ranks), over the median (inf for a median <= 0)."""
-    xs = sorted(values)
+    return _rel_ci_sorted(sorted(values))
+
+
+def _rel_ci_sorted(xs: list[float]) -> float:
     if not xs:
         raise ValueError("CI of no samples")
     lo, hi, _ = _ci_ranks(len(xs))
     med = quantile(xs, 0.5)
     return (xs[hi] - xs[lo]) / 2.0 / med if med > 0 else math.inf
+
+
+def noise(values, with_ci: bool) -> tuple[float, float | None]:
+    """(rel_iqr, rel_ci_halfwidth or None) of the values, sorted once (the stopping rule asks both every round)."""
+    xs = sorted(values)
+    return _rel_iqr_sorted(xs), (_rel_ci_sorted(xs) if with_ci and xs else None)
 
 
 def stop_reason(n: int, rel_iqr_now: float, elapsed_s: float, rule: StopRule,
