@@ -439,3 +439,53 @@ def test_a_dead_waiter_holds_nobody_back(tmp_path):
     gpu, k, handle = pool.acquire(poll_s=0.02, est_s=1.0)
     assert k == 0
     SlotPool.release(handle)
+
+
+def test_a_held_stage_frees_its_resource_and_concludes_after_what_it_waits_for():
+    """hold: x (exclusive GPU) ends its run before s (CPU, slow) concludes; z (GPU) starts beside s once x ran,
+    y (after x) only once x concluded, and x concludes after s."""
+    S = order.StageSpec
+    specs = [S("s"), S("x", resource=order.GPU_EXCLUSIVE), S("z", resource=order.GPU_SHARED),
+             S("y", after=("x",))]
+    events, lock = [], threading.Lock()
+
+    def execute(name):
+        with lock:
+            events.append(("start", name))
+        time.sleep({"s": 0.6}.get(name, 0.05))
+
+    def conclude(name):
+        with lock:
+            events.append(("conclude", name))
+        return StageOutcome("pass", name)
+
+    out = schedule.run_schedule(specs, execute=execute, skip=lambda n, r: None, skip_reason=lambda n, d: None,
+                                conclude=conclude, hold=lambda n: ("s",) if n == "x" else (), status_s=0.01)
+    pos = {e: i for i, e in enumerate(events)}
+    assert pos[("conclude", "s")] < pos[("conclude", "x")] < pos[("start", "y")]
+    assert pos[("start", "z")] < pos[("conclude", "s")]  # the GPU was free while x waited to conclude
+    assert out.times["x"].end_s < out.times["s"].end_s  # x's time is its run, not its wait
+    assert set(out.outcomes) == {"s", "x", "z", "y"}
+
+
+def test_a_stage_sent_back_runs_once_more_then_concludes_once():
+    S = order.StageSpec
+    runs, asked = [], []
+
+    def rerun(name):
+        asked.append(name)
+        return name == "x" and asked.count("x") == 1
+
+    out = schedule.run_schedule([S("a"), S("x", ("a",), order.GPU_SHARED), S("b", after=("x",))],
+                                execute=runs.append, skip=lambda n, r: None, skip_reason=lambda n, d: None,
+                                conclude=lambda n: StageOutcome("pass", n), rerun=rerun, status_s=0.01)
+    assert runs == ["a", "x", "x", "b"] and list(out.outcomes) == ["a", "x", "b"]
+    assert out.times["x"].start_s <= out.times["x"].end_s
+
+
+def test_a_stage_sent_back_twice_is_a_clear_error():
+    S = order.StageSpec
+    with pytest.raises(RuntimeError, match="x asked to run a third time"):
+        schedule.run_schedule([S("x")], execute=lambda n: None, skip=lambda n, r: None,
+                              skip_reason=lambda n, d: None, conclude=lambda n: StageOutcome("pass", n),
+                              rerun=lambda n: True, status_s=0.01)

@@ -6,7 +6,6 @@ import logging
 import os
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -136,11 +135,9 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
     inc = IncrementalRun(repo, packs_root, tmp, variants=[v.name for v in selected_variants(options)], fresh=fresh,
                          exclude=pack_id, stages=stages,
                          why_not=None if has_gpu and set(CARRY_STAGES) & set(to_run) else
-                         "no GPU stage runs in this pack: nothing to carry")
+                         "no GPU stage runs in this pack: nothing to carry", early="sass" in to_run)
     t_all = time.monotonic()
     specs = [stage_spec(name, stages) for name in RUN_ORDER]  # canaries last: they read every stage's catch
-    if inc.source is not None:  # carrying needs this build's device keys (the SASS dump) before a GPU check starts
-        specs = [dataclasses.replace(s, after=s.after + ("sass",)) if s.name in CARRY_STAGES else s for s in specs]
     by_name = {s.name: s for s in specs}
     # One derivation session for the whole run: each stage is derived once, when it concludes, and the
     # gates, pack.json and the reports take those outcomes (derive_all below reads the memo).
@@ -151,25 +148,24 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
                  "; a fork server per GPU for correctness and stability cells" if pool.fork else "")
         servers = forkserver.start(pool.dir, gpus, repo) if pool.fork else []
 
-        plan_lock = threading.Lock()  # the plan is made once, by the first carrying stage that starts
-
         def execute(name: str) -> None:
             spec = by_name[name]
-            with plan_lock:
-                stage_options = inc.stage_options(name, options, facts)
+            stage_options = inc.stage_options(name, options, facts)  # the plan is made by the first GPU check
             run_stage(name, tmp, repo, stage_options, isolate=spec.needs_gpu, timeout_s=spec.timeout_s,
                       stages=stages, slots=pool.dir)
-            inc.after_stage(name, ran=True)  # its carried cells join the fresh ones before it is derived
 
         def conclude(name: str):
             out = final_outcome(name, tmp, stages=stages)
             outcome_file(tmp / name, out)
+            if name == "sass":  # the device keys are known: a plan made before the dump is checked now
+                inc.sass_concluded()
             return out
 
         try:
             sched = run_schedule(
                 specs, execute=execute, conclude=conclude, overlap=mode == "overlapped", cells=pool.progress,
                 started=t_start, skip=lambda name, why: record_skip(tmp / name, name, why),
+                hold=inc.hold, rerun=inc.settle,  # carried cells join the fresh ones before a stage is derived
                 skip_reason=lambda name, done: _skip_reason(by_name[name], to_run, done, has_gpu, no_gpu_reason))
         except CarryError as exc:
             raise PackError(f"incremental: {exc}") from exc

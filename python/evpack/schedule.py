@@ -15,6 +15,11 @@ allows:
 With `overlap=False` one stage runs at a time, in RUN_ORDER: the sequential run, which the overlapped one
 must equal in everything but times (tests/test_schedule.py). Stages are derived in the calling thread
 as they conclude, once each.
+
+A stage whose run ended may have to wait to conclude (`hold`: the stages that must conclude first; it frees
+its resources meanwhile, and no stage after it starts until it concluded), and may be sent back to run once
+more (`rerun`, asked just before it concludes): an incremental run starts its GPU checks on a plan made
+before the SASS dump, and checks that plan when the dump is there (evpack/incremental/run.py).
 """
 from __future__ import annotations
 
@@ -69,17 +74,23 @@ def run_schedule(specs: list[StageSpec], *, execute: Callable[[str], None],
                  skip: Callable[[str, str], None], conclude: Callable[[str], StageOutcome],
                  overlap: bool = True, cells: Callable[[], dict[str, tuple[int, int]]] | None = None,
                  clock: Callable[[], float] = time.monotonic, status_s: float = STATUS_S,
-                 started: float | None = None) -> Scheduled:
+                 started: float | None = None, hold: Callable[[str], tuple[str, ...]] | None = None,
+                 rerun: Callable[[str], bool] | None = None) -> Scheduled:
     """Run every stage of `specs` (in RUN_ORDER) once. `execute(name)` runs a stage (in a worker thread; it
     records its own failures), `skip(name, reason)` records a skip, `conclude(name)` derives a stage that
     ran or was skipped (here, in the calling thread), `skip_reason(name, outcomes)` decides a skip once the
     stage's dependencies concluded. `cells()` gives cells done/total per running stage for progress lines.
-    Times are seconds since `started` (a `clock()` reading: the run's start), by default since this call."""
+    Times are seconds since `started` (a `clock()` reading: the run's start), by default since this call.
+    `hold(name)`, asked when a stage's run ends: stages that must conclude before it does; `rerun(name)`, asked
+    just before it concludes: True runs it again (once at most) instead."""
     t0 = clock() if started is None else started
     order = [s.name for s in specs]
     by_name = {s.name: s for s in specs}
     pending = list(order)
     running: dict[str, float] = {}  # name -> start (since t0)
+    first_start: dict[str, float] = {}  # a stage run again keeps the start of its first run
+    held: dict[str, tuple[float, float]] = {}  # ran, not yet concluded: name -> (start, end of its run)
+    reran: set[str] = set()
     outcomes: dict[str, StageOutcome] = {}
     times: dict[str, StageTime] = {}
     finished: queue.SimpleQueue = queue.SimpleQueue()
@@ -88,9 +99,9 @@ def run_schedule(specs: list[StageSpec], *, execute: Callable[[str], None],
     def now() -> float:
         return round(clock() - t0, 3)
 
-    def finish(name: str, start: float) -> None:
+    def finish(name: str, start: float, end: float | None = None) -> None:
         outcomes[name] = conclude(name)
-        end = now()
+        end = now() if end is None else end
         times[name] = StageTime(start, end, round(end - start, 3))
         log.info("[%d/%d] %s: %s (%.1f s) - %s", position[name], len(order), name, outcomes[name].status,
                  end - start, outcomes[name].reason)
@@ -123,20 +134,41 @@ def run_schedule(specs: list[StageSpec], *, execute: Callable[[str], None],
                 continue
             pending.remove(name)
             running[name] = now()
+            first_start.setdefault(name, running[name])
             beside = [r for r in running if r != name]
             log.info("[%d/%d] %s: running%s (%.0f s since start%s)", position[name], len(order), name,
                      f" (own process, timeout {spec.timeout_s} s)" if spec.needs_gpu else "", running[name],
                      f"; beside {', '.join(beside)}" if beside else "")
             threading.Thread(target=worker, args=(name,), name=f"stage-{name}", daemon=True).start()
 
+    def settle(name: str, start: float, end: float) -> None:
+        """Conclude a stage whose run ended, or send it back to run again."""
+        if rerun is not None and rerun(name):
+            if name in reran:
+                raise RuntimeError(f"scheduler: {name} asked to run a third time")
+            reran.add(name)
+            log.info("[%d/%d] %s: runs again (%.0f s since start)", position[name], len(order), name, now())
+            pending.insert(sum(1 for p in pending if position[p] < position[name]), name)
+            return
+        finish(name, first_start.get(name, start), end)
+
+    def settle_held() -> None:
+        for name in [n for n in held if all(d in outcomes for d in hold_for(n))]:
+            settle(name, *held.pop(name))
+
+    def hold_for(name: str) -> tuple[str, ...]:
+        return tuple(d for d in (hold(name) if hold else ()) if d in by_name and d != name)
+
     while True:
         before = None
-        while before != len(pending):  # skips conclude at once and may make more stages ready
-            before = len(pending)
+        while before != (len(pending), len(outcomes)):  # skips and held stages conclude here and may make
+            before = (len(pending), len(outcomes))    # more stages ready (a stage run again re-enters pending)
             start_ready()
+            settle_held()
         if not running:
-            if pending:
-                raise RuntimeError(f"scheduler: nothing can start ({', '.join(pending)} wait on each other)")
+            if pending or held:
+                waiting = ", ".join(list(pending) + list(held))
+                raise RuntimeError(f"scheduler: nothing can start ({waiting} wait on each other)")
             break
         try:
             name, exc = finished.get(timeout=status_s)
@@ -146,7 +178,14 @@ def run_schedule(specs: list[StageSpec], *, execute: Callable[[str], None],
         start = running.pop(name)
         if exc is not None:
             raise exc
-        finish(name, start)
+        end = now()
+        if any(d not in outcomes for d in hold_for(name)):
+            held[name] = (start, end)
+            log.info("[%d/%d] %s: ran (%.1f s); concludes once %s concluded", position[name], len(order), name,
+                     end - start, ", ".join(d for d in hold_for(name) if d not in outcomes))
+            continue
+        settle(name, start, end)
+        settle_held()
     return Scheduled(outcomes, times, OVERLAPPED if overlap else SEQUENTIAL)
 
 

@@ -29,6 +29,7 @@ from ..records.sass import SassRun
 DERIVED_PARTS = ("device", "build", "toolchain", "gpu")
 RECORDED_PARTS = ("source", "check")
 PARTS = DERIVED_PARTS + RECORDED_PARTS
+EARLY_PARTS = tuple(p for p in PARTS if p != "device")  # known when the build ends, before the SASS dump
 MODULE = "evpack._C"  # the extension of the registered variants (canaries live in evpack._canaries)
 TOOLCHAIN_FIELDS = ("nvcc", "ptxas", "cuobjdump", "nvdisasm", "compute-sanitizer", "ncu", "torch")
 GPU_FIELDS = ("gpu_name", "total_vram_bytes", "compute_capability", "driver_version", "cuda_driver_reported")
@@ -95,10 +96,9 @@ def environment_parts(pack_record: dict, env: dict, build_env: dict) -> dict:
     return {"build": _digest(build_env), "toolchain": toolchain, "gpu": {f: env.get(f) for f in GPU_FIELDS}}
 
 
-def derived_keys(pack_dir: Path, pack_record: dict | None = None) -> dict[str, dict]:
-    """{variant: {part: value}} of the DERIVED_PARTS, from the pack's files (pack.json unless `pack_record`
-    is given: the evidence run, before pack.json is written, passes the same facts). KeysUnavailable when the files
-    do not give them."""
+def environment_keys(pack_dir: Path, pack_record: dict | None = None) -> dict:
+    """The build, toolchain and gpu parts (every variant shares them), from the pack's files (pack.json unless
+    `pack_record` is given). They are known once the build ended; KeysUnavailable when the files do not give them."""
     try:
         pj = pack_record if pack_record is not None else read_json(pack_dir / "pack.json")
         env = read_json(pack_dir / "env.json")
@@ -107,5 +107,12 @@ def derived_keys(pack_dir: Path, pack_record: dict | None = None) -> dict[str, d
         raise KeysUnavailable(f"a file the keys are derived from is unreadable ({exc})") from None
     if not isinstance(env, dict) or not isinstance(pj, dict):
         raise KeysUnavailable("env.json or pack.json is not an object")
-    common = environment_parts(pj, env, build_env)
+    return environment_parts(pj, env, build_env)
+
+
+def derived_keys(pack_dir: Path, pack_record: dict | None = None) -> dict[str, dict]:
+    """{variant: {part: value}} of the DERIVED_PARTS, from the pack's files (pack.json unless `pack_record`
+    is given: the evidence run, before pack.json is written, passes the same facts). KeysUnavailable when the files
+    do not give them."""
+    common = environment_keys(pack_dir, pack_record)
     return {v: {"device": d, **common} for v, d in device_digests(pack_dir).items()}

@@ -93,8 +93,23 @@ def _cell_ok(rec) -> bool:
     return isinstance(rec, dict) and entry.returncode == 0 and not entry.timed_out
 
 
-def make_plan(source: Path, new_keys: dict[str, dict[str, dict]], stages: list[str]) -> Plan:
-    """The cells of `stages` to carry from `source` (a complete pack that verified)."""
+def describe(carried) -> str:
+    """One line: how many cells of how many (stage, variant) pairs are carried, and from where."""
+    used = {c.source_pack for c in carried}
+    return (f"{len(carried)} cells of {len({(c.stage, c.variant) for c in carried})} (stage, variant) pairs carried "
+            f"from {', '.join(sorted(used))}") if carried else "no cell's keys equal the previous pack's"
+
+
+def _same(new: dict, old, parts: tuple[str, ...] | None) -> bool:
+    if parts is None:
+        return new == old
+    return isinstance(old, dict) and all(p in new and p in old and new[p] == old[p] for p in parts)
+
+
+def make_plan(source: Path, new_keys: dict[str, dict[str, dict]], stages: list[str],
+              parts: tuple[str, ...] | None = None) -> Plan:
+    """The cells of `stages` to carry from `source` (a complete pack that verified). `parts`: compare only these
+    key parts (a plan made before this build's device keys are known; it is checked once they are)."""
     old_keys = (_pack_record(source) or PackJson()).incremental_record.keys
     if not isinstance(old_keys, dict):
         return Plan(reason=f"the newest complete pack {source.name} records no cell keys (made before incremental "
@@ -111,7 +126,7 @@ def make_plan(source: Path, new_keys: dict[str, dict[str, dict]], stages: list[s
         stage_cells: list[CarriedCell] = []
         cost: dict[str, float] = {}
         for variant, keys in new_keys.get(stage, {}).items():
-            if not carryable_variant(variant) or keys != (old_keys.get(stage) or {}).get(variant):
+            if not carryable_variant(variant) or not _same(keys, (old_keys.get(stage) or {}).get(variant), parts):
                 continue
             cells = cells_of(stage, variant, procs)
             entries = {c: ProcRecord.from_json(procs[c]) for c in cells}
@@ -135,6 +150,4 @@ def make_plan(source: Path, new_keys: dict[str, dict[str, dict]], stages: list[s
             stage_cells = [c for c in stage_cells if c.variant != cheapest]
         carried += stage_cells
     used = {c.source_pack for c in carried}
-    what = (f"{len(carried)} cells of {len({(c.stage, c.variant) for c in carried})} (stage, variant) pairs carried "
-            f"from {', '.join(sorted(used))}") if carried else "no cell's keys equal the previous pack's"
-    return Plan(tuple(carried), what, False, source, {k: v for k, v in sources.items() if k in used})
+    return Plan(tuple(carried), describe(carried), False, source, {k: v for k, v in sources.items() if k in used})
