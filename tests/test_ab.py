@@ -8,6 +8,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -629,6 +630,42 @@ def test_failed_base_build_is_an_ab_error_with_its_log(tiny_repo, tmp_path):
         side, meta = ab_stage.prepare({"baseline": opt}, tmp_path / "bench", "h" * 64, False)
     assert side is None and meta["status"] == "error" and "bench/ab_build/build.log" in meta["reason"]
     assert "error" in (tmp_path / "bench" / "ab_build" / "build.log").read_text().lower()
+
+
+def test_a_background_base_build_is_waited_for_by_the_bench(tiny_repo, tmp_path, monkeypatch):
+    """background=True: the body runs while the base builds (at low priority); prepare() waits for its end."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv("EVPACK_AB_DIR", str(tmp_path / "cache"))
+    spec = baseline_build.validate(tiny_repo, "v1", False)
+    lines = []
+    with baseline_build.prepared_baseline(tiny_repo, spec, build_now=True, progress=lines.append,
+                                          background=True) as opt:
+        ready = Path(opt["ready_file"])
+        assert not ready.exists()  # the worktree's build is still running: the body did not wait for it
+        side, meta = ab_stage.prepare({"baseline": opt}, tmp_path / "bench", "h" * 64, False)
+        assert ready.is_file() and meta["status"] == "pass", meta
+        assert side.pairs == [("mma", "c1")]
+        log = (Path(opt["build_output"]) / "build.log").read_text()
+    assert "in the background" in lines[0] and lines[-1].startswith("baseline build: ok")
+    assert log.startswith("# ") and f"nice -n {baseline_build.NICE}" in log.splitlines()[0]
+
+
+def test_a_background_base_build_still_running_when_the_run_ends_is_stopped(tiny_repo, tmp_path, monkeypatch):
+    (tiny_repo / "setup.py").write_text("import time\ntime.sleep(120)\n")  # a build that would outlive the run
+    _git(tiny_repo, "commit", "-qam", "slow build")
+    monkeypatch.setenv("EVPACK_AB_DIR", str(tmp_path / "cache"))
+    spec = baseline_build.BaselineSpec("HEAD", _git(tiny_repo, "rev-parse", "HEAD"), "x" * 40, True)
+    t0, lines = time.monotonic(), []
+    with baseline_build.prepared_baseline(tiny_repo, spec, build_now=True, progress=lines.append,
+                                          background=True) as opt:
+        time.sleep(1.0)
+    assert time.monotonic() - t0 < 60  # stopped, not waited for
+    assert lines[-1].startswith("baseline build: base build stopped: the run ended first"), lines
+    assert len(lines) == 2  # no second attempt for the plain archs after a stop
+    assert not Path(opt["worktree"]).exists()
+    # a bench that had waited for it reads an error, never a half-built base
+    assert baseline_build.wait_ready({"ready_file": str(tmp_path / "never")}, timeout_s=0.6,
+                                     say=lambda *a: None).startswith("the base build did not end")
 
 
 # -- CLI: bad input is exit 2 before any stage runs ------------------------------------------------

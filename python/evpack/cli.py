@@ -309,7 +309,7 @@ def cmd_evidence(args, selected) -> int:
         with contextlib.ExitStack() as stack:
             if spec is not None:  # the worktree exists (or exit 2) before any stage; removed after the run
                 options["baseline"] = stack.enter_context(
-                    prepared_baseline(REPO, spec, build_now=gpu_available()[0]))
+                    prepared_baseline(REPO, spec, build_now=gpu_available()[0], background=True))
             result = run_evidence(REPO, selected=selected, packs_root=args.packs_dir.resolve(), options=options,
                                   requirement=args.require, stages=args.stage_package, sign_key=key,
                                   fresh=args.fresh)

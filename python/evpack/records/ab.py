@@ -20,6 +20,7 @@ class BaselineOption(View):
     self_check: Any = None
     worktree: Any = None
     build_output: Any = None
+    ready_file: Any = None  # a base built in the background: this file appears when the build ended
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
 

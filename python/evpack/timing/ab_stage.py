@@ -32,6 +32,7 @@ from ..records.bench import AbRecord, BenchRow
 from . import ab
 from .ab_rows import ConfirmSamples
 from .ab_rule import Rule
+from .baseline_build import wait_ready
 from .shards import shard_dirs
 from .summary import key_problems, read_samples, samples_file
 
@@ -86,6 +87,9 @@ def prepare(options: dict, stage_dir: Path, head_sha256: str | None, head_dirty:
             "base_commit": spec.commit, "head_commit": spec.head_commit, "head_dirty": head_dirty,
             "self_check": bool(spec.self_check), "base_so_sha256": None, "head_so_sha256": head_sha256,
             "base_build": None}
+    late = wait_ready(option, say=lambda line: log.info("%s", line))
+    if late:
+        return None, dict(meta, status="error", reason=late)
     out = stage_dir / BUILD_DIR
     out.mkdir(parents=True, exist_ok=True)
     src = Path(spec.build_output or "/nonexistent")

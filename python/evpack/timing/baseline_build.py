@@ -12,7 +12,9 @@ Order of events in a run with a baseline (driven by the CLI, see `prepared_basel
      GPU's architecture when it is one of the head's (same nvcc flags otherwise). The log and
      result.json go to a folder the bench stage copies into the pack (bench/ab_build/).
      A failed build is not bad input: the bench stage records the A/B part as `error` with
-     the log, and the head's evidence goes on.
+     the log, and the head's evidence goes on. The evidence run builds it in the background, at a
+     low CPU priority (`nice`), beside the head's stages: nothing but the bench reads it, and the bench
+     stage waits for READY_FILE (written once every attempt ended) before it times anything.
   4. remove_worktree(): `git worktree remove --force` and the folder deleted, after the run.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -37,6 +40,9 @@ from ..jsonio import write_text
 BUILD_TIMEOUT_S = 3600
 RESULT_FILE = "result.json"
 LOG_FILE = "build.log"
+READY_FILE = "ready.json"  # every build attempt ended (its result.json is final)
+NICE = 10  # the background build's CPU priority: the head's own build and cells go first
+WAIT_S = 480  # the bench's wait for a background build (under its stage's 900 s, so the head is still timed)
 
 
 class BaselineError(PackError):
@@ -165,10 +171,15 @@ class BuildResult:
 
 
 def build(worktree: Path, out_dir: Path, *, archs: str, timeout_s: int = BUILD_TIMEOUT_S,
-          command: list[str] | None = None) -> BuildResult:
-    """Build REF's extension in its worktree; log + result.json in out_dir. Never raises for a failed build."""
+          command: list[str] | None = None, nice: bool = False,
+          cancel: threading.Event | None = None) -> BuildResult:
+    """Build REF's extension in its worktree; log + result.json in out_dir. Never raises for a failed build.
+    `nice`: at a low CPU priority; `cancel`: set, the build is stopped (an error result)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = command or [sys.executable, "setup.py", "build_ext", "--inplace"]
+    nice_cmd = shutil.which("nice") if nice else None
+    if nice_cmd:
+        cmd = [nice_cmd, "-n", str(NICE), *cmd]
     env = dict(os.environ, EVPACK_CANARIES="0", EVPACK_CUDA_ARCHS=archs, PYTHONUNBUFFERED="1")
     env.pop("EVPACK_VARIANTS", None)  # the base builds every variant it registers
     t0 = time.monotonic()
@@ -178,10 +189,8 @@ def build(worktree: Path, out_dir: Path, *, archs: str, timeout_s: int = BUILD_T
                   f"{env.get('EVPACK_NVCC_FLAGS', '')} EVPACK_CANARIES=0\n")
         log.flush()
         try:
-            rc = subprocess.run(cmd, cwd=worktree, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                timeout=timeout_s).returncode
-        except subprocess.TimeoutExpired:
-            error = f"base build timed out after {timeout_s} s"
+            rc, error = _wait(subprocess.Popen(cmd, cwd=worktree, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                               start_new_session=True), timeout_s, cancel)
         except OSError as exc:
             error = f"base build could not start: {exc}"
     so = find_built(worktree) if rc == 0 else None
@@ -195,30 +204,84 @@ def build(worktree: Path, out_dir: Path, *, archs: str, timeout_s: int = BUILD_T
     return res
 
 
+def _wait(proc: subprocess.Popen, timeout_s: int, cancel: threading.Event | None) -> tuple[int | None, str]:
+    """(returncode or None, error): the build's end, its time-out or its cancellation (its process group killed)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return proc.wait(timeout=0.5), ""
+        except subprocess.TimeoutExpired:
+            pass
+        stop = f"timed out after {timeout_s} s" if time.monotonic() > deadline else \
+            ("stopped: the run ended first" if cancel is not None and cancel.is_set() else "")
+        if stop:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+            proc.wait()
+            return None, f"base build {stop}"
+
+
 def _error_line(log: Path) -> str:
     lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     hit = next((ln for ln in lines if "error" in ln.lower() and not ln.startswith("#")), lines[-1] if lines else "")
     return " ".join(hit.split())[:200]
 
 
+def _build_all(wt: Path, out_dir: Path, spec: BaselineSpec, progress, *, nice: bool = False,
+               cancel: threading.Event | None = None) -> BuildResult:
+    """Build for the GPU's archs (again for the plain ones when a base predates arch-specific targets), then
+    write READY_FILE."""
+    archs = base_archs(os.environ.get("EVPACK_CUDA_ARCHS"), device_arch())
+    progress(f"baseline {spec.ref} ({spec.commit[:12]}): building in {wt} for sm {archs}"
+             + (" (in the background, at low priority, beside the head's stages)" if nice else ""))
+    res = build(wt, out_dir, archs=archs, nice=nice, cancel=cancel)
+    plain = ";".join(a for a in archs.split(";") if not a.strip().endswith(("a", "f")))
+    if res.error and plain and plain != archs and not (cancel is not None and cancel.is_set()):
+        progress(f"baseline build for sm {archs} failed ({res.error}); again for sm {plain}")
+        res = build(wt, out_dir, archs=plain, nice=nice, cancel=cancel)
+    progress(f"baseline build: {'ok' if not res.error else res.error} ({res.elapsed_s:.1f} s)")
+    write_text(out_dir / READY_FILE, json.dumps({"error": res.error}) + "\n")
+    return res
+
+
+def wait_ready(option: dict, timeout_s: float = WAIT_S, say=print) -> str:
+    """Wait for a background base build (the option's `ready_file`) to end: '' or why the wait ended without it."""
+    ready = option.get("ready_file")
+    if not ready or Path(ready).is_file():
+        return ""
+    say("A/B: waiting for the base build (it runs beside the head's stages)")
+    t0 = time.monotonic()
+    while not Path(ready).is_file():
+        if time.monotonic() - t0 > timeout_s:
+            return f"the base build did not end within {timeout_s:.0f} s"
+        time.sleep(0.5)
+    say(f"A/B: the base build ended ({time.monotonic() - t0:.1f} s waited)")
+    return ""
+
+
 @contextlib.contextmanager
-def prepared_baseline(repo: Path, spec: BaselineSpec, *, build_now: bool, progress=print) -> Iterator[dict]:
-    """Create the worktree (BaselineError if it cannot be), build it when build_now, yield the options
-    entry the bench stage reads, and remove the worktree afterwards whatever happens."""
+def prepared_baseline(repo: Path, spec: BaselineSpec, *, build_now: bool, progress=print,
+                      background: bool = False) -> Iterator[dict]:
+    """Create the worktree (BaselineError if it cannot be), build it when build_now (`background`: in a thread
+    at low priority, while the body runs; the option's `ready_file` appears when it ended), yield the options
+    entry the bench stage reads, and remove the worktree afterwards whatever happens (a build still running is
+    stopped first)."""
     wt = create_worktree(repo, spec.commit)
     out_dir = wt.parent / "build-output"
     opt = {"ref": spec.ref, "commit": spec.commit, "head_commit": spec.head_commit,
            "self_check": spec.self_check, "worktree": str(wt), "build_output": str(out_dir)}
+    cancel, worker = threading.Event(), None
     try:
-        if build_now:
-            archs = base_archs(os.environ.get("EVPACK_CUDA_ARCHS"), device_arch())
-            progress(f"baseline {spec.ref} ({spec.commit[:12]}): building in {wt} for sm {archs}")
-            res = build(wt, out_dir, archs=archs)
-            plain = ";".join(a for a in archs.split(";") if not a.strip().endswith(("a", "f")))
-            if res.error and plain and plain != archs:  # a base from before arch-specific targets existed
-                progress(f"baseline build for sm {archs} failed ({res.error}); again for sm {plain}")
-                res = build(wt, out_dir, archs=plain)
-            progress(f"baseline build: {'ok' if not res.error else res.error} ({res.elapsed_s:.1f} s)")
+        if build_now and background:
+            opt["ready_file"] = str(out_dir / READY_FILE)
+            worker = threading.Thread(target=_build_all, args=(wt, out_dir, spec, progress),
+                                      kwargs={"nice": True, "cancel": cancel}, name="base-build", daemon=True)
+            worker.start()
+        elif build_now:
+            _build_all(wt, out_dir, spec, progress)
         yield opt
     finally:
+        if worker is not None:
+            cancel.set()
+            worker.join()
         remove_worktree(repo, wt)
