@@ -664,7 +664,7 @@ def test_a_background_base_build_still_running_when_the_run_ends_is_stopped(tiny
     assert len(lines) == 2  # no second attempt for the plain archs after a stop
     assert not Path(opt["worktree"]).exists()
     # a bench that had waited for it reads an error, never a half-built base
-    assert baseline_build.wait_ready({"ready_file": str(tmp_path / "never")}, timeout_s=0.6,
+    assert baseline_build.wait_ready(str(tmp_path / "never"), timeout_s=0.6,
                                      say=lambda *a: None).startswith("the base build did not end")
 
 

@@ -108,3 +108,50 @@ def test_a_stage_that_ran_without_sass_plans_from_every_key(first, tmp_path, env
     inc = _inc(pack)
     assert inc["carried"] == [] and "planned when the build ended" not in inc["reason"]
     assert "keys are not known" in inc["reason"]
+
+
+def test_a_runner_that_keeps_a_wrong_early_plan_makes_a_pack_that_never_verifies(first, tmp_path, env):
+    """The attack: a runner that skips the check against the dump, keeps the early plan although both variants'
+    device code changed, and records the source's own full keys, for the carried cells and as the pack's keys (the
+    best lie it can tell: every key record agrees). verify derives the device keys from the pack's own SASS dump
+    and refuses the pack."""
+    from dataclasses import replace
+
+    from evpack.incremental import run as inc_run
+    from evpack.incremental.plan import Plan
+
+    source_keys = _inc(first[1])["keys"]
+
+    def lying(self):
+        with self._lock:
+            self._dump_done = True
+            if self.speculative:
+                cells = tuple(replace(c, keys=source_keys[c.stage][c.variant]) for c in self.plan.carried)
+                self.plan = Plan(cells, self.plan.reason, False, self.plan.source, self.plan.sources)
+                self.keys = json.loads(json.dumps(source_keys))
+                self.speculative = False
+
+    env.setattr(inc_run.IncrementalRun, "sass_concluded", lying)
+    root = _copy(first, tmp_path)
+    pack = _run(env, root, {**SLOW_SASS, "device_edit": list(VARIANTS)})
+    assert _inc(pack)["carried"]  # the lie made it into the pack
+    problems = _problems(pack)
+    assert problems and all(p.startswith("incremental:") for p in problems), problems
+    assert any("device" in p for p in problems), problems
+
+
+def test_a_stage_that_carried_nothing_does_not_check_the_plan_before_the_dump_is_complete(tmp_path, monkeypatch):
+    """settle() of a stage that carried nothing copies nothing and must not derive the device keys early (the SASS
+    dump may still be being written): the plan stays unchecked until the SASS stage concludes."""
+    from evpack.incremental.plan import CarriedCell, Plan
+    from evpack.incremental.run import IncrementalRun
+
+    (tmp_path / "packs").mkdir()
+    inc = IncrementalRun(REPO, tmp_path / "packs", tmp_path / "pack", variants=["scalar", "wmma"], fresh=False,
+                         exclude="none", early=True)
+    cell = CarriedCell("correctness", "wmma", "wmma", "20261125T000000Z-aaaaaaaaaaaa", {}, {})
+    inc.plan, inc.speculative = Plan((cell,), "early", source=tmp_path / "packs"), True
+    inc.ran_with = {"sanitize": set(), "correctness": {"wmma"}}
+    monkeypatch.setattr(IncrementalRun, "sass_concluded", lambda self: pytest.fail("checked before the dump"))
+    assert inc.hold("sanitize") == () and inc.hold("correctness") == ("sass",)
+    assert inc.settle("sanitize") is False and inc.speculative is True and inc.applied == []

@@ -186,12 +186,12 @@ class IncrementalRun:
     def settle(self, name: str) -> bool:
         """Before a stage that ran concludes: copy its carried cells and return False; or, when it carried a
         variant the full plan does not, empty its folder and return True (it must run again)."""
-        if name not in CARRY_STAGES or self.plan is None:
-            return False
+        if name not in CARRY_STAGES or self.plan is None or not self.ran_with.get(name):
+            return False  # it carried nothing: nothing to check or copy (the dump may not be complete yet)
         with self._lock:
-            if self.speculative:  # no SASS stage concluded in this run: the keys are derived now
+            if self.speculative:  # hold() kept it until the SASS stage concluded; this is only a safety net
                 self.sass_concluded()
-            carried = self.ran_with.get(name, set())
+            carried = self.ran_with[name]
             allowed = set(self.plan.carry_option().get(name, []))
             if not carried <= allowed:
                 log.info("incremental: %s carried %s on the early plan; the device keys say otherwise: it runs "

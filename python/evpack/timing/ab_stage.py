@@ -87,7 +87,7 @@ def prepare(options: dict, stage_dir: Path, head_sha256: str | None, head_dirty:
             "base_commit": spec.commit, "head_commit": spec.head_commit, "head_dirty": head_dirty,
             "self_check": bool(spec.self_check), "base_so_sha256": None, "head_so_sha256": head_sha256,
             "base_build": None}
-    late = wait_ready(option, say=lambda line: log.info("%s", line))
+    late = wait_ready(spec.ready_file, say=lambda line: log.info("%s", line))
     if late:
         return None, dict(meta, status="error", reason=late)
     out = stage_dir / BUILD_DIR

@@ -244,9 +244,9 @@ def _build_all(wt: Path, out_dir: Path, spec: BaselineSpec, progress, *, nice: b
     return res
 
 
-def wait_ready(option: dict, timeout_s: float = WAIT_S, say=print) -> str:
-    """Wait for a background base build (the option's `ready_file`) to end: '' or why the wait ended without it."""
-    ready = option.get("ready_file")
+def wait_ready(ready: str | None, timeout_s: float = WAIT_S, say=print) -> str:
+    """Wait for a background base build to end (its `ready_file`; None: it was built before the run): '' or why
+    the wait ended without it."""
     if not ready or Path(ready).is_file():
         return ""
     say("A/B: waiting for the base build (it runs beside the head's stages)")
