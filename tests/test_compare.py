@@ -167,3 +167,92 @@ def test_a_zero_median_is_not_a_measurement():
     diff = cmp.compare_rows([row(median=0.0), row("sdpa", "default", "", 0.0)],
                             [row(median=50.0), row("sdpa", "default", "", 50.0)])
     assert [e.mark for e in diff.rows] == [cmp.NA, cmp.NA] and diff.drift == 0.0
+
+
+# ---- rule 2: a row's drift is at least its own shape's SDPA drift ------------------------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures" / "compare"
+
+
+def _summary_rows(name: str) -> list[dict]:
+    import lzma
+
+    return json.loads(lzma.decompress((FIXTURES / name).read_bytes()))["rows"]
+
+
+def test_rule_2_does_not_call_unchanged_kernels_slower_between_two_machine_sessions():
+    """Two H200 sessions of the same kernels (fixtures/compare, README there): rule 1 called two unchanged WMMA rows
+    of the small causal shape SLOWER (+1.1%, +1.3%) while SDPA's rows of that shape moved +1.9% and +2.1%."""
+    a = _summary_rows("a-20261125T101009Z-968f02add3ab.summary.json.xz")
+    b = _summary_rows("b-20261125T104353Z-22a8ad571f26.summary.json.xz")
+    old = cmp.compare_rows(a, b, rule=1)
+    assert sorted(e.variant for e in cmp.regressions(old)) == ["wmma", "wmma"]
+    assert {e.shape for e in cmp.regressions(old)} == {"B=2,H=8,S=512,D=64,dtype=fp16,causal=1"}
+    new = cmp.compare_rows(a, b)
+    assert new.rule == cmp.RULE == 2 and cmp.regressions(new) == [] and cmp.exit_code(new) == 0
+    assert new.counts[cmp.SAME] >= old.counts[cmp.SAME] and new.to_json()["rule"] == 2
+
+
+@pytest.mark.parametrize("shift", [1.05, 1.10])
+def test_rule_2_still_catches_a_slower_kernel_at_the_shape_that_moved_most(shift):
+    """A real regression on top of the same two sessions: every row of one of our kernels made `shift` slower is
+    called SLOWER on at least 18 of its 24 rows (the rest: cold rows whose spread, or shapes where SDPA moved, is
+    larger than the shift), and no other row is blamed."""
+    a = _summary_rows("a-20261125T101009Z-968f02add3ab.summary.json.xz")
+    b = _summary_rows("b-20261125T104353Z-22a8ad571f26.summary.json.xz")
+    victim = ("wmma", "m64n64w4s1")
+    slowed = [dict(r, median_us=r["median_us"] * shift) if (r["variant"], r["config"]) == victim and r.get("median_us")
+              else r for r in b]
+    caught = {(e.variant, e.config, e.shape, e.mode) for e in cmp.regressions(cmp.compare_rows(a, slowed))}
+    victim_rows = {(r["variant"], r["config"], r["shape"], r["mode"]) for r in b
+                   if (r["variant"], r["config"]) == victim and r.get("median_us")}
+    assert caught <= victim_rows  # nothing else is blamed
+    assert len(victim_rows) == 24 and len(caught) >= 18, len(caught)
+
+
+def test_rule_2_shape_drift_leaves_the_row_out_and_an_unknown_rule_is_refused():
+    other = "B=2,H=8,S=512,D=64,dtype=fp16,causal=0"
+    sdpa = [row(impl="sdpa", variant=v, config=None, median=10.0, iqr=0.01, shape=other)
+            for v in ("flash", "math", "cudnn", "efficient", "default")]
+    a = sdpa + [row(median=10.0, iqr=0.01, shape=other), row(median=50.0, iqr=0.05)]
+    moved = {"flash": 10.5}  # one SDPA backend of that shape moved 5%, the others not at all
+    b = [dict(r, median_us=moved.get(r["variant"], 10.0)) for r in sdpa] + \
+        [dict(a[5], median_us=10.27), dict(a[6], median_us=50.3)]
+    ours_other = ("evpack", "wmma", "m64n64w4s1", other, "cold")
+    assert cmp.shape_drift(*(map(brow_of, (a, b))), ours_other) == pytest.approx(0.05)  # the largest shift there
+    flash = ("sdpa", "flash", None, other, "cold")
+    assert cmp.shape_drift(*(map(brow_of, (a, b))), flash) == 0.0  # flash's own 5% left out
+    old = {(e.impl, e.variant, e.shape): e.mark for e in cmp.compare_rows(a, b, rule=1).rows}
+    new = {(e.impl, e.variant, e.shape): e.mark for e in cmp.compare_rows(a, b).rows}
+    # +2.7% at the shape where untouched code moved 5%: rule 1 (drift 0, the median) blames it, rule 2 does not
+    assert old[("evpack", "wmma", other)] == cmp.SLOWER and new[("evpack", "wmma", other)] == cmp.SAME
+    # +0.6% where no SDPA row was timed: the spread alone judges, by both rules
+    assert old[("evpack", "wmma", SHAPE)] == new[("evpack", "wmma", SHAPE)] == cmp.SLOWER
+    assert new[("sdpa", "flash", other)] == cmp.SLOWER  # judged by the others' shift, not its own
+    with pytest.raises(ValueError, match="unknown compare rule 3"):
+        cmp.compare_rows(a, b, rule=3)
+
+
+def brow_of(rows):
+    return [BenchRow.from_json(r) for r in rows]
+
+
+@pytest.mark.parametrize("recorded, regressions", [(None, 2), (1, 2), (2, 0), (7, None)])
+def test_the_bench_stage_judges_the_previous_pack_by_the_rule_its_run_json_records(tmp_path, recorded, regressions):
+    """run.json without `compare_rule` (every pack made before rule 2) keeps rule 1, so older packs re-derive as
+    they were made; a rule this code does not know is a problem, never a silent fallback."""
+    from evpack.stages.bench_outcome import add_previous
+    from evpack.timing import summary as sm
+
+    a = _summary_rows("a-20261125T101009Z-968f02add3ab.summary.json.xz")
+    b = _summary_rows("b-20261125T104353Z-22a8ad571f26.summary.json.xz")
+    sm.write_summary(tmp_path, {"schema": 1, "rows": a}, sm.PREVIOUS_FILE)
+    run_info = {"previous_pack_id": "20261125T101009Z-968f02add3ab"}
+    if recorded is not None:
+        run_info["compare_rule"] = recorded
+    data: dict = {}
+    problem = add_previous(tmp_path, b, run_info, data)
+    if regressions is None:
+        assert problem == "run.json names an unknown compare rule 7" and "regressions" not in data
+    else:
+        assert problem is None and len(data["regressions"]) == regressions

@@ -245,6 +245,7 @@ class BenchRun(View):
     cost_usd: Any = None
     cost_per_hour: Any = None
     previous_pack_id: Any = None
+    compare_rule: Any = None  # the rule of the previous-pack comparison (timing/compare.RULES); absent: 1
     shards: tuple[Shard, ...] = ()
     suite: Any = None
     canonical: Any = None  # the suite's canonical shape and primary mode (newer packs)

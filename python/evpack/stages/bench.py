@@ -144,7 +144,7 @@ def _copy_previous(options: dict, stage_dir: Path) -> dict:
     prev = RunOptions.from_json(options).previous_pack
     if not prev:
         return {}
-    from ..timing.compare import CompareInputError, load
+    from ..timing.compare import RULE, CompareInputError, load
 
     try:
         data = load(Path(prev))
@@ -152,7 +152,7 @@ def _copy_previous(options: dict, stage_dir: Path) -> dict:
         log.warning("previous pack not usable: %s", exc)
         return {"previous_pack": str(prev), "previous_error": str(exc)}
     sm.write_summary(stage_dir, data, sm.PREVIOUS_FILE)
-    return {"previous_pack": str(prev), "previous_pack_id": Path(prev).resolve().name}
+    return {"previous_pack": str(prev), "previous_pack_id": Path(prev).resolve().name, "compare_rule": RULE}
 
 
 def run(ctx: StageContext) -> None:
