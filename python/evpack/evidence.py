@@ -14,7 +14,7 @@ from pathlib import Path
 from .derivation import derivation_session, derive_all, final_outcome
 from .envlock import collect_env, python_pin_warning
 from .gitinfo import git_info
-from .incremental import CARRY_STAGES
+from .incremental import CARRY_STAGES, DUMP_STAGE
 from .incremental.carry import CarryError
 from .incremental.run import IncrementalRun
 from .jsonio import read_json, write_json
@@ -135,7 +135,7 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
     inc = IncrementalRun(repo, packs_root, tmp, variants=[v.name for v in selected_variants(options)], fresh=fresh,
                          exclude=pack_id, stages=stages,
                          why_not=None if has_gpu and set(CARRY_STAGES) & set(to_run) else
-                         "no GPU stage runs in this pack: nothing to carry", early="sass" in to_run)
+                         "no GPU stage runs in this pack: nothing to carry", early=DUMP_STAGE in to_run)
     t_all = time.monotonic()
     specs = [stage_spec(name, stages) for name in RUN_ORDER]  # canaries last: they read every stage's catch
     by_name = {s.name: s for s in specs}
@@ -157,7 +157,7 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
         def conclude(name: str):
             out = final_outcome(name, tmp, stages=stages)
             outcome_file(tmp / name, out)
-            if name == "sass":  # the device keys are known: a plan made before the dump is checked now
+            if name == DUMP_STAGE:  # the device keys are known: a plan made before the dump is checked now
                 inc.sass_concluded()
             return out
 

@@ -20,6 +20,7 @@ carry (the evidence run's side).
 from __future__ import annotations
 
 CARRY_STAGES = ("tensor_proof", "sanitize", "correctness", "stability")
+DUMP_STAGE = "sass"  # the stage whose SASS dump the device keys come from
 # A pack's chain: the packs its carried cells come from, and theirs. verify walks it; a longer one is refused
 # (the planner runs a cell afresh rather than make it longer).
 MAX_CHAIN_DEPTH = 6

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from ..jsonio import read_json
-from . import CARRY_STAGES
+from . import CARRY_STAGES, DUMP_STAGE
 from .carry import copy_cells
 from .cells import cells_of
 from .keys import EARLY_PARTS, PARTS, KeysUnavailable, derived_keys, environment_keys
@@ -37,7 +37,6 @@ from .sources import check_digest, source_digest
 
 log = logging.getLogger("evpack")
 VERIFY_TIMEOUT_S = 900
-DUMP_STAGE = "sass"  # the stage whose output the device keys come from
 
 
 class IncrementalRun:
@@ -57,6 +56,7 @@ class IncrementalRun:
         self.applied: list = []
         self._lock = threading.RLock()
         self._dump_done = False
+        self._early_note = ""  # how an early plan was checked, for the record's reason
         self.source = None if fresh or why_not else choose_source(packs_root, exclude)
         self._verify = None
         self._facts: dict | None = None  # the run's facts the keys take (toolchain, python), from stage_options
@@ -175,8 +175,8 @@ class IncrementalRun:
             note = "; planned when the build ended, before the SASS dump, and checked against the device keys"
             if wrong:
                 note += f" (the early plan also carried {', '.join(wrong)}; the full plan does not)"
-            self.plan = Plan(full.carried, full.reason + note, full.fresh, full.source, full.sources)
-            log.info("incremental: the SASS dump is there: %s", self.plan.reason)
+            self.plan, self._early_note = full, note
+            log.info("incremental: the SASS dump is there: %s%s", full.reason, note)
 
     def hold(self, name: str) -> tuple[str, ...]:
         """What a stage's conclusion waits for: the SASS stage, when the stage carried cells on an early plan."""
@@ -226,9 +226,8 @@ class IncrementalRun:
             if present:
                 keys[stage] = present
         used = {c.source_pack for c in self.applied}
-        reason = plan.reason
-        if self.applied != list(plan.carried) and plan.carried:  # a stage ran fresh what the plan let it carry
-            reason = reason.replace(describe(plan.carried), describe(self.applied), 1)
+        # what was carried in fact (a stage may have run fresh what the plan let it carry), and how it was planned
+        reason = (describe(self.applied) if plan.carried else plan.reason) + self._early_note
         if self.reran:
             reason += f"; run again under the full plan: {', '.join(self.reran)}"
         return {"fresh": plan.fresh, "reason": reason,

@@ -16,7 +16,7 @@ from ..timing import ceilings as ceilings_mod
 from ..timing import plots
 from ..timing import summary as sm
 from ..timing.baselines import BACKENDS, classify_kernels
-from ..timing.compare import RULES, SAME, compare_rows, drift_note
+from ..timing.compare import SAME, compare_rows, drift_note, recorded_rule
 from . import ab_section
 from .blocks import Block, Details, Figure, Md
 
@@ -197,7 +197,7 @@ def _previous(stage_dir: Path, run: BenchRun, rows: tuple[BenchRow, ...]) -> lis
     prev = _load_summary(stage_dir, sm.PREVIOUS_FILE)
     if not (prev and prev.rows):
         return []
-    rule = run.compare_rule if run.compare_rule in RULES else 1
+    rule = recorded_rule(run.compare_rule) or 1  # the bench stage's outcome names an unknown one
     diff = compare_rows(prev.rows, rows, rule=rule)
     tally = ", ".join(f"{n} {text(k).lower()}" for k, n in diff.counts.items())
     foot = (f"{tally}; noise rule \\|Δ\\| > {diff.k:g}·sqrt(iqr\\_a² + iqr\\_b²) + drift·median, drift (SDPA rows) "

@@ -61,13 +61,14 @@ def add_previous(stage_dir: Path, rows: list[dict], run_info: dict, data: dict) 
     """The comparison with the previous pack (previous_summary.json, when the run had one) into data:
     its regressions and counts. Returns a problem (a corrupt file) or None."""
     from ..timing import summary as sm
-    from ..timing.compare import RULES, compare_rows, regressions, row_problem
+    from ..timing.compare import compare_rows, recorded_rule, regressions, row_problem
 
     if not sm.has_summary(stage_dir, sm.PREVIOUS_FILE):
         return None
-    rule = BenchRun.from_json(run_info).compare_rule or 1  # packs made before rule 2 record none
-    if rule not in RULES:
-        return f"run.json names an unknown compare rule {rule!r}"
+    recorded = BenchRun.from_json(run_info).compare_rule
+    rule = recorded_rule(recorded)
+    if rule is None:
+        return f"run.json names an unknown compare rule {recorded!r}"
     try:
         previous = sm.read_summary(stage_dir, sm.PREVIOUS_FILE)["rows"]
         problem = next(filter(None, map(row_problem, previous)), None)

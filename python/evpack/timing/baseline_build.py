@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -216,7 +217,7 @@ def _wait(proc: subprocess.Popen, timeout_s: int, cancel: threading.Event | None
             ("stopped: the run ended first" if cancel is not None and cancel.is_set() else "")
         if stop:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, 9)
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             return None, f"base build {stop}"
 

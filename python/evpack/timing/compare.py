@@ -142,25 +142,34 @@ class Comparison:
         return {"drift": self.drift, "k": self.k, "rule": self.rule, "rows": rows, "counts": self.counts}
 
 
+def sdpa_shifts(rows_a: Sequence[Row], rows_b: Sequence[Row]) -> dict[tuple, float]:
+    """{key: |m_b - m_a| / m_a} of the SDPA rows both packs timed: what the drift terms are made of."""
+    b = {_key(r): r for r in _typed(rows_b)}
+    return {_key(r): abs(b[_key(r)].median_us - r.median_us) / r.median_us for r in _typed(rows_a)
+            if r.impl == SDPA and r.timed and _key(r) in b and b[_key(r)].timed}
+
+
+def _median_shift(shifts: dict[tuple, float], exclude: tuple | None = None) -> float:
+    xs = sorted(v for k, v in shifts.items() if k != exclude)
+    if not xs:
+        return 0.0
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def _shape_max_shift(shifts: dict[tuple, float], key: tuple) -> float:
+    return max((v for k, v in shifts.items() if k[3] == key[3] and k[4] == key[4] and k != key), default=0.0)
+
+
 def drift(rows_a: Sequence[Row], rows_b: Sequence[Row], exclude: tuple | None = None) -> float:
     """Median relative shift of the SDPA rows both packs timed (0 if none); `exclude` leaves one row out."""
-    b = {_key(r): r for r in _typed(rows_b)}
-    shifts = sorted(abs(b[_key(r)].median_us - r.median_us) / r.median_us for r in _typed(rows_a)
-                    if r.impl == SDPA and _key(r) != exclude and r.timed and _key(r) in b and b[_key(r)].timed)
-    if not shifts:
-        return 0.0
-    n = len(shifts)
-    return shifts[n // 2] if n % 2 else (shifts[n // 2 - 1] + shifts[n // 2]) / 2
+    return _median_shift(sdpa_shifts(rows_a, rows_b), exclude)
 
 
-def shape_drift(rows_a: Sequence[BenchRow], rows_b: Sequence[BenchRow], key: tuple) -> float:
+def shape_drift(rows_a: Sequence[Row], rows_b: Sequence[Row], key: tuple) -> float:
     """Rule 2: the largest relative shift of the SDPA rows of `key`'s shape and mode that both packs timed (that
     row left out; 0 if none)."""
-    shape, mode = key[3], key[4]
-    b = {_key(r): r for r in rows_b if r.shape == shape and r.mode == mode}
-    return max((abs(b[_key(r)].median_us - r.median_us) / r.median_us for r in rows_a
-                if r.impl == SDPA and r.shape == shape and r.mode == mode and _key(r) != key and r.timed
-                and _key(r) in b and b[_key(r)].timed), default=0.0)
+    return _shape_max_shift(sdpa_shifts(rows_a, rows_b), key)
 
 
 def threshold(a: BenchRow, b: BenchRow, drift_: float, k: float = K) -> float:
@@ -173,16 +182,16 @@ def classify(a: BenchRow, b: BenchRow, drift_: float, k: float = K) -> str:
     return SLOWER if d > t else FASTER if -d > t else SAME
 
 
-def _entry(key: tuple, a: BenchRow | None, b: BenchRow | None, rows_a: list[BenchRow], rows_b: list[BenchRow],
-           dr: float, k: float, rule: int) -> CompareEntry:
+def _entry(key: tuple, a: BenchRow | None, b: BenchRow | None, shifts: dict[tuple, float], dr: float, k: float,
+           rule: int) -> CompareEntry:
     medians = {"median_a_us": a.median_us if a else None, "median_b_us": b.median_us if b else None}
     if a is None or b is None:
         return CompareEntry(*key, mark=NEW if a is None else GONE, **medians)
     if not (a.timed and b.timed):
         return CompareEntry(*key, mark=NA, note=f"{a.status} -> {b.status}", **medians)
-    d = drift(rows_a, rows_b, exclude=key) if key[0] == SDPA else dr  # an SDPA row: the other SDPA rows' drift
+    d = _median_shift(shifts, exclude=key) if key[0] == SDPA else dr  # an SDPA row: the other SDPA rows' drift
     if rule >= 2:
-        d = max(d, shape_drift(rows_a, rows_b, key))
+        d = max(d, _shape_max_shift(shifts, key))
     return CompareEntry(*key, mark=classify(a, b, d, k), delta_pct=100.0 * (b.median_us - a.median_us) / a.median_us,
                         threshold_us=threshold(a, b, d, k), **medians)
 
@@ -192,11 +201,19 @@ def compare_rows(rows_a: Sequence[Row], rows_b: Sequence[Row], k: float = K, rul
     if rule not in RULES:
         raise ValueError(f"unknown compare rule {rule!r} (known: {', '.join(map(str, RULES))})")
     rows_a, rows_b = _typed(rows_a), _typed(rows_b)
-    dr = drift(rows_a, rows_b)
+    shifts = sdpa_shifts(rows_a, rows_b)  # once: every row's drift terms are read from it
+    dr = _median_shift(shifts)
     a_by, b_by = {_key(r): r for r in rows_a}, {_key(r): r for r in rows_b}
     keys = list(a_by) + [k_ for k_ in b_by if k_ not in a_by]
-    return Comparison(dr, k, tuple(_entry(key, a_by.get(key), b_by.get(key), rows_a, rows_b, dr, k, rule)
+    return Comparison(dr, k, tuple(_entry(key, a_by.get(key), b_by.get(key), shifts, dr, k, rule)
                                    for key in keys), rule)
+
+
+def recorded_rule(value) -> int | None:
+    """The rule a pack's bench/run.json `compare_rule` names: 1 when absent (packs made before rule 2), None when
+    this code does not know it."""
+    rule = value or 1
+    return rule if rule in RULES else None
 
 
 def regressions(diff: Comparison) -> list[CompareEntry]:
