@@ -580,3 +580,25 @@ def test_an_unstable_or_crashed_stability_row_is_not_stable_whatever_its_passed_
     assert outcome["status"] == ERROR and "wgmma: row 0 (" in outcome["reason"], outcome["reason"]
     assert "records passed=True but its fields give False" in outcome["reason"]
     assert "correctness-verified" not in labels and "evidence:failed" in labels, labels
+
+
+@reference.needs("FULL", "SIGNERS")
+def test_the_compare_rule_a_pack_records_cannot_be_swapped(tmp_path, needs_ssh_keygen):
+    """The attack, with only a copy of a signed pack: its bench compared with a previous pack by rule 1 (run.json
+    names no `compare_rule`); the forger writes `compare_rule: 2` to have that comparison judged by another rule.
+    Re-indexed, the pack no longer carries its signature. A rule this code does not know is no way around it: the
+    bench stage derives an error naming it."""
+    from forger import rehash
+
+    pack = copy_pack(reference.FULL, tmp_path)
+    run_path = pack / "bench" / "run.json"
+    run = json.loads(run_path.read_text())
+    assert run.get("previous_pack_id") and "compare_rule" not in run
+    assert verify_all(pack, allowed_signers=reference.SIGNERS, require_signature=True)[0] == []  # the control
+    run_path.write_text(json.dumps({**run, "compare_rule": 2}, indent=2) + "\n")
+    rehash(pack)
+    problems, _ = verify_all(pack, allowed_signers=reference.SIGNERS, require_signature=True)
+    assert any("provenance" in p or "signature" in p for p in problems), problems
+    run_path.write_text(json.dumps({**run, "compare_rule": 99}, indent=2) + "\n")
+    forge(pack, claims=True)
+    _bench_refuses(pack, "unknown compare rule 99")
