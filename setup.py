@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -160,12 +161,16 @@ def _triton_aot(ext: str, variants: list, out_dir: Path, fatbinary: str) -> dict
            "--variants", ",".join(v.name for v, _ in variants), "--archs", ",".join(archs), "--fatbinary", fatbinary]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "python"),
                                                                      os.environ.get("PYTHONPATH")])))
-    print(f"evpack build: triton {', '.join(v.name for v, _ in variants)} for {', '.join(archs)} ({ext})", flush=True)
+    what = f"triton {', '.join(v.name for v, _ in variants)} for {', '.join(archs)} ({ext})"
+    print(f"evpack build: {what}", flush=True)
+    start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    sys.stdout.write(proc.stdout)
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
         raise SystemExit(lines[-1] if lines else f"evpack build: triton AOT build exited {proc.returncode}")
+    reused = '"reused": true' in proc.stdout
+    print(f"evpack build: {what}: {'unchanged, kept' if reused else 'compiled'} ({time.monotonic() - start:.1f} s)",
+          flush=True)
     return json.loads((out_dir / "manifest.json").read_text())
 
 
@@ -247,10 +252,13 @@ def _extensions_and_cmdclass():
         )
     common = list(getattr(cpp, "COMMON_NVCC_FLAGS", []))  # torch's own nvcc flags (no half operators, ...)
 
+    def own_object(src: str, build_temp: str) -> Path:
+        return Path(build_temp) / (src[: -len(".cu")] + ".o")
+
     def compile_own(src: str, mine: tuple[str, ...], build_temp: str, ext_name: str) -> str:
         """nvcc (through nvcc-log, so its PTXAS report is kept) for one arch-specific object. The extension's
         name is defined as torch's rules define it, so the PTXAS report says which extension it belongs to."""
-        obj = Path(build_temp) / (src[: -len(".cu")] + ".o")
+        obj = own_object(src, build_temp)
         obj.parent.mkdir(parents=True, exist_ok=True)
         cmd = [os.environ["PYTORCH_NVCC"], "-c", src, "-o", str(obj), *common, f"-DTORCH_EXTENSION_NAME={ext_name}",
                *NVCC_FLAGS,
@@ -260,12 +268,15 @@ def _extensions_and_cmdclass():
         fresh = (obj.exists() and stamp.exists() and stamp.read_text() == json.dumps(cmd)
                  and obj.stat().st_mtime_ns >= Path(src).stat().st_mtime_ns)
         if not fresh:
-            print(f"evpack build: nvcc {src} for {', '.join('sm_' + a for a in mine)}", flush=True)
+            what = f"nvcc {src} for {', '.join('sm_' + a for a in mine)}"
+            print(f"evpack build: {what}", flush=True)
+            start = time.monotonic()
             proc = subprocess.run(cmd, capture_output=True, text=True)
             sys.stdout.write(proc.stderr)
             if proc.returncode != 0:
                 raise SystemExit(f"evpack build: nvcc failed on {src} (exit {proc.returncode})")
             stamp.write_text(json.dumps(cmd))
+            print(f"evpack build: {what}: compiled ({time.monotonic() - start:.1f} s)", flush=True)
         return str(obj)
 
     class BuildExt(cpp.BuildExtension):
@@ -275,7 +286,8 @@ def _extensions_and_cmdclass():
 
         The extensions build at the same time (one thread, one ninja each, unless --parallel says
         otherwise): each ends with one long object (the wgmma instantiations), and the two compile side
-        by side instead of one after the other. Each thread sees its own build_temp."""
+        by side instead of one after the other. Each thread sees its own build_temp. The arch-specific
+        objects compile beside the extension's ninja; its link waits for them."""
 
         _mine = threading.local()
 
@@ -292,6 +304,17 @@ def _extensions_and_cmdclass():
             if not self.parallel:
                 self.parallel = max(1, len(self.extensions or ()))
 
+        def build_extensions(self):
+            link = self.compiler.link_shared_object
+
+            def link_after_own_objects(*args, **kwargs):
+                for future in getattr(self._mine, "own", ()):  # this thread's extension's arch-specific objects
+                    future.result()
+                return link(*args, **kwargs)
+
+            self.compiler.link_shared_object = link_after_own_objects
+            super().build_extensions()
+
         def run(self):
             for out_dir, group, skipped in generated.values():
                 buildgen.generate(ROOT, ROOT / out_dir, group)
@@ -299,11 +322,13 @@ def _extensions_and_cmdclass():
                 text = json.dumps([{"variant": n, "reason": r} for n, r in skipped], indent=1) + "\n"
                 if not note.exists() or note.read_text() != text:
                     note.write_text(text)
-            for ext, tvars in triton_builds.items():
-                if not tvars:
-                    continue
+            aot = {ext: tvars for ext, tvars in triton_builds.items() if tvars}
+            with ThreadPoolExecutor(max_workers=max(1, len(aot))) as pool:  # the extensions' builds side by side
+                manifests = dict(zip(aot, pool.map(
+                    lambda ext: _triton_aot(ext, aot[ext], ROOT / "build" / "triton" / ext,
+                                            str(Path(cpp.CUDA_HOME) / "bin" / "fatbinary")), aot), strict=True))
+            for ext, manifest in manifests.items():
                 out_dir = ROOT / "build" / "triton" / ext
-                manifest = _triton_aot(ext, tvars, out_dir, str(Path(cpp.CUDA_HOME) / "bin" / "fatbinary"))
                 for name, text in triton_cpp.plan(manifest, out_dir):
                     path = ROOT / generated[ext][0] / name
                     if not path.exists() or path.read_text() != text:
@@ -332,10 +357,13 @@ def _extensions_and_cmdclass():
             try:
                 jobs = max(1, int(os.environ.get("MAX_JOBS", "") or os.cpu_count() or 1))
                 with ThreadPoolExecutor(max_workers=jobs) as pool:
-                    objs = list(pool.map(lambda sm: compile_own(sm[0], sm[1], self.build_temp, key),
-                                         own_objects[key]))
-                ext.extra_objects = [o for o in (ext.extra_objects or []) if o not in objs] + objs
-                super().build_extension(ext)
+                    temp = self.build_temp
+                    self._mine.own = [pool.submit(compile_own, src, mine, temp, key) for src, mine in own_objects[key]]
+                    objs = [str(own_object(src, temp)) for src, _ in own_objects[key]]
+                    ext.extra_objects = [o for o in (ext.extra_objects or []) if o not in objs] + objs
+                    super().build_extension(ext)
+                    for future in self._mine.own:
+                        future.result()
                 # The objects this build linked, so that PTXAS logs left by an earlier build with other
                 # settings (other variants, other archs) are never taken for this build's.
                 linked = self.compiler.object_filenames(ext.sources, output_dir=self.build_temp) + objs
@@ -343,6 +371,7 @@ def _extensions_and_cmdclass():
                 manifest.write_text(json.dumps(sorted(str(Path(o).resolve()) for o in linked), indent=1) + "\n")
             finally:
                 self._mine.build_temp = None
+                self._mine.own = ()
 
     return extensions, {"build_ext": BuildExt.with_options(use_ninja=True)}
 

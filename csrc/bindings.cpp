@@ -8,7 +8,11 @@
 //
 // No c10/cuda or ATen/cuda header is used: the CPU build of torch used on the build machines
 // ships without them. The kernels are reached through the registry (evpack/registry.h).
-#include <torch/extension.h>
+//
+// Not <torch/extension.h>: it includes all of libtorch's C++ API (nn, optim, autograd, ...) and made this
+// file the build's slowest object by three times. A tensor and pybind11's converter for it are all it uses.
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
 #include <cmath>

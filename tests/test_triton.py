@@ -275,6 +275,43 @@ def test_pack_check_passes_then_catches_a_swapped_cubin_and_a_binary_without_it(
     assert any("is not in empty.so" in p for p in problems)
 
 
+@pytest.mark.slow
+def test_an_unchanged_build_reuses_its_files_and_any_change_builds_again(tmp_path, capsys):
+    """The second build of the same inputs compiles nothing; an edited kernel source, a file changed in the
+    output, a missing inputs record or other archs each make a real build (whose files are then reused)."""
+    pytest.importorskip("triton")
+    fatbin = _cuda_bin("fatbinary")
+    if fatbin is None:
+        pytest.skip("fatbinary (CUDA toolkit) not found")
+    repo = tmp_path / "repo"
+    (repo / DECOY.source).parent.mkdir(parents=True)
+    shutil.copy(REPO / "pyproject.toml", repo / "pyproject.toml")
+    shutil.copy(REPO / DECOY.source, repo / DECOY.source)
+    out = tmp_path / "out"
+
+    def run(archs="80") -> bool:
+        rc = triton_aot.main(["--repo", str(repo), "--out", str(out), "--ext", "_canaries", "--variants",
+                              DECOY.name, "--archs", archs, "--fatbinary", fatbin])
+        assert rc == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])["reused"]
+
+    assert run() is False
+    manifest = (out / "manifest.json").read_text()
+    assert run() is True and (out / "manifest.json").read_text() == manifest
+
+    src = repo / DECOY.source
+    src.write_text(src.read_text() + "\n# edited\n")
+    assert run() is False and run() is True
+
+    ptxas_log = next(out.rglob("*.ptxas.log"))
+    ptxas_log.write_text(ptxas_log.read_text() + "edited\n")
+    assert run() is False and run() is True
+
+    (out / triton_aot.INPUTS).unlink()
+    assert run() is False
+    assert run("89") is False and run("89") is True
+
+
 def test_a_triton_other_than_the_pinned_one_stops_the_build_with_one_line(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(triton_aot, "triton_pin", lambda repo: TritonPin("3.8.0", "3.7.1", "2.13.0", "test"))
     rc = triton_aot.main(["--repo", str(REPO), "--out", str(tmp_path), "--ext", "_C", "--variants", "triton",

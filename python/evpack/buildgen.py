@@ -92,21 +92,73 @@ def instantiation_source(variant, dtype: str, head_dim: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-# Everything a kernel body may include. The CUDA compile rule torch writes for ninja has no
-# depfile, so a changed header would not rebuild its objects; stamping each generated file
-# with a digest of these sources makes any such change rewrite it, which ninja does see.
+# Everything a kernel body may include.
 KERNEL_SOURCE_DIRS = ("csrc/include", "csrc/variants", "oracles/canaries")
+# The repository part of the include path the kernel objects compile with (setup.py's include_dirs).
+INCLUDE_DIRS = ("csrc/include", ".")
+_HEADER_SUFFIXES = (".h", ".cuh", ".hpp", ".inl")
+_INCLUDE_LINE = re.compile(r"^[ \t]*#[ \t]*include\b(.*)$", re.M)
+_INCLUDE_NAME = re.compile(r'[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)')
 
 
 def sources_digest(repo: Path) -> str:
+    """Digest of every kernel header under KERNEL_SOURCE_DIRS (the stamp of a file whose includes cannot be
+    followed)."""
+    return _digest(Path(repo), [p for d in KERNEL_SOURCE_DIRS for p in (Path(repo) / d).rglob("*")
+                                if p.is_file() and p.suffix in _HEADER_SUFFIXES])
+
+
+def _digest(repo: Path, paths: Iterable[Path]) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    for d in KERNEL_SOURCE_DIRS:
-        for path in sorted((Path(repo) / d).rglob("*")):
-            if path.is_file() and path.suffix in (".h", ".cuh", ".hpp", ".inl"):
-                h.update(path.relative_to(repo).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in sorted(set(paths), key=lambda p: p.relative_to(repo).as_posix()):
+        h.update(path.relative_to(repo).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def _resolve(repo: Path, name: str, quoted: bool, including: Path) -> Path | None:
+    """The repository file an #include names, searched as the compiler does (a quoted name first beside the
+    including file, then the include path); None for a header from outside the repository (CUDA, the C++
+    library), which the toolchain key covers."""
+    dirs = ([including.parent] if quoted else []) + [repo / d for d in INCLUDE_DIRS]
+    for d in dirs:
+        path = (d / name).resolve()
+        if path.is_file() and path.is_relative_to(repo):
+            return path
+    return None
+
+
+def include_closure(repo: Path, source: str) -> list[Path] | None:
+    """`source` (relative to repo) and every repository file it includes, directly or not, sorted; None when an
+    #include names its file through a macro, which only the preprocessor could follow.
+
+    Every #include line counts, whatever #if it sits under or whatever arch it serves: the set can only be
+    larger than what one compile reads, never smaller (tests/test_buildgen.py holds it to nvcc -M)."""
+    repo = Path(repo).resolve()
+    seen: set[Path] = set()
+    todo = [(repo / source).resolve()]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for rest in _INCLUDE_LINE.findall(path.read_text(encoding="utf-8", errors="replace")):
+            m = _INCLUDE_NAME.match(rest)
+            if m is None:
+                return None
+            found = _resolve(repo, m[1] or m[2], m[1] is not None, path)
+            if found is not None:
+                todo.append(found)
+    return sorted(seen)
+
+
+def variant_digest(repo: Path, variant) -> str:
+    """The stamp of a variant's instantiation files: a digest of the files its kernel body includes, so an
+    edit rewrites (and rebuilds) the instantiations that read the edited file and no others. A body whose
+    includes cannot be followed gets the digest of every kernel header (an edit anywhere rebuilds it)."""
+    closure = include_closure(repo, variant.source)
+    return sources_digest(repo) if closure is None else _digest(Path(repo).resolve(), closure)
 
 
 def _is_cuda(variant) -> bool:
@@ -114,15 +166,21 @@ def _is_cuda(variant) -> bool:
     return getattr(variant, "language", "cuda") == "cuda"
 
 
-def plan(variants: Iterable, digest: str = "") -> list[tuple[str, str]]:
-    """(file name, content) of every instantiation file, in registry order (registry.kernel_grid axes)."""
+def plan(variants: Iterable, digest=None) -> list[tuple[str, str]]:
+    """(file name, content) of every instantiation file, in registry order (registry.kernel_grid axes).
+    `digest(variant)`, when given, is the stamp written at the end of each of the variant's files.
+
+    Why a stamp: the CUDA compile rule torch writes for ninja has a depfile only with a CUDA build of torch,
+    and the arch-specific objects setup.py compiles itself have none; a header edit must rebuild the objects
+    that include it either way, so the instantiation file that includes it changes."""
     files = []
     for v in filter(_is_cuda, variants):
+        stamp = digest(v) if digest else ""
         for dtype in v.dtypes:
             for d in v.head_dims:
                 text = instantiation_source(v, dtype, d)
-                if digest:
-                    text += f"// kernel sources sha256 {digest}\n"
+                if stamp:
+                    text += f"// kernel sources sha256 {stamp}\n"
                 files.append((instantiation_name(v.name, dtype, d), text))
     return files
 
@@ -140,7 +198,7 @@ def generate(repo: Path, out_dir: Path, variants: Iterable) -> list[Path]:
             raise FileNotFoundError(f"variant {v.name}: kernel body {v.source} not found under {repo}")
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, text in plan(variants, sources_digest(repo)):
+    for name, text in plan(variants, lambda v: variant_digest(repo, v)):
         path = out_dir / name
         if not path.exists() or path.read_text() != text:
             tmp = path.with_suffix(".cu.tmp")

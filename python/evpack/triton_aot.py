@@ -12,7 +12,9 @@ Triton's own compiler for an explicit target (`triton.compile(ASTSource, target=
     <config>_<dtype>_d<D>.fatbin            the cubins of every arch, by CUDA's `fatbinary` (uncompressed)
 
 and DIR/manifest.json: the Triton version (installed and required by torch), every file's SHA-256, and
-per kernel the symbol, shared-memory bytes, warps and the PTX parameter list. The entry symbol is the
+per kernel the symbol, shared-memory bytes, warps and the PTX parameter list. DIR/inputs.json holds what
+those files were made from (`inputs`); a later build whose inputs are the same, and whose files still
+match the manifest's hashes, keeps them instead of compiling again (the JSON line says "reused": true). The entry symbol is the
 C++-mangled name of the CUDA variants' scheme (`evpack::<variant>::fwd_kernel<cfg_<config>, T, D>`), so
 the PTXAS, SASS, tensor-proof and sanitizer stages map it to the registry as they map every kernel.
 
@@ -30,6 +32,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -198,6 +201,50 @@ def fatbinary(tool: str, cubins: list[tuple[str, Path]], dest: Path) -> None:
         raise AotError(f"fatbinary failed on {dest.name}: {lines[0] if lines else proc.returncode}")
 
 
+INPUTS = "inputs.json"
+# Triton settings this build makes itself (compile_one, main): not inputs
+_OWN_SETTINGS = ("TRITON_CACHE_DIR", "TRITON_ALWAYS_COMPILE", "TRITON_DUMP_PTXAS_LOG")
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _file_digest(paths) -> str:
+    h = hashlib.sha256()
+    for path in sorted(set(paths)):
+        h.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def inputs(repo: Path, ext: str, variants: list[registry.Variant], archs: list[str], fatbinary_tool: str) -> dict:
+    """What a build's files are made from: the arguments, the Triton and torch versions, Triton's settings from
+    the environment, the fatbinary tool's bytes, the kernel sources and every Python file of this package (the
+    registry's configs, this compiler driver; any edit there builds again)."""
+    pin = triton_pin(repo)
+    if pin.problem:
+        raise AotError(pin.problem)
+    tool = shutil.which(fatbinary_tool)
+    return {"schema_version": SCHEMA_VERSION, "ext": ext, "variants": [v.name for v in variants], "archs": archs,
+            "triton": pin.installed, "torch": pin.torch, "python": sys.version,
+            "triton_env": {k: v for k, v in sorted(os.environ.items())
+                           if k.startswith("TRITON_") and k not in _OWN_SETTINGS},
+            "fatbinary": {"path": tool, "sha256": _file_digest([Path(tool)]) if tool else None},
+            "sources": _file_digest([Path(repo).resolve() / v.source for v in variants]
+                                    + list(_PACKAGE.rglob("*.py")))}
+
+
+def reusable(out: Path, wanted: dict) -> dict | None:
+    """The manifest in `out` when it was built from `wanted` and every file it names still has its hash."""
+    try:
+        if json.loads((out / INPUTS).read_text()) != wanted:
+            return None
+        manifest = json.loads((out / "manifest.json").read_text())
+        files = [f for k in manifest["kernels"] for f in k["files"].values()] + manifest["fatbins"]
+        if all(sha256((out / f["path"]).read_bytes()) == f["sha256"] for f in files):
+            return manifest
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
 def build(repo: Path, out: Path, ext: str, variants: list[registry.Variant], archs: list[str],
           fatbinary_tool: str) -> dict:
     """Compile every kernel of `variants` for `archs` into `out`; returns the manifest (also written)."""
@@ -252,12 +299,19 @@ def main(argv: list[str] | None = None) -> int:
         if bad:
             raise AotError(f"not Triton variants: {', '.join(bad)}")
         archs = [a for a in re.split(r"[;,\s]+", args.archs) if a]
-        manifest = build(args.repo, args.out, args.ext, variants, archs, args.fatbinary)
+        wanted = inputs(args.repo, args.ext, variants, archs, args.fatbinary)
+        manifest = reusable(args.out, wanted)
+        reused = manifest is not None
+        if not reused:
+            (args.out / INPUTS).unlink(missing_ok=True)  # written only once the new build is whole
+            manifest = build(args.repo, args.out, args.ext, variants, archs, args.fatbinary)
+            _write(args.out / INPUTS, (json.dumps(wanted, indent=1) + "\n").encode())
     except (AotError, ValueError, OSError) as e:
         print(f"evpack triton build: {e}", file=sys.stderr)
         return 2
     m = TritonManifest.from_json(manifest)
-    print(json.dumps({"kernels": len(m.kernels), "fatbins": len(m.fatbins), "triton_version": m.triton_version}))
+    print(json.dumps({"kernels": len(m.kernels), "fatbins": len(m.fatbins), "triton_version": m.triton_version,
+                      "reused": reused}))
     return 0
 
 
