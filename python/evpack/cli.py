@@ -245,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--options", default="{}")
     rs.add_argument("--stage-package", default=None)
     rs.add_argument("--slots", type=Path, default=None)  # the scheduler's shared GPU slot pool
+    rs.add_argument("--start-after", type=Path, default=None)  # a warm start: prepare, then wait for this file
     bs = sub.add_parser("_bench-shard")  # internal: one GPU's process of a sharded benchmark (not listed)
     bs.add_argument("--pack", type=Path, required=True)
     bs.add_argument("--dir", type=Path, required=True)
@@ -586,8 +587,11 @@ def dispatch(args) -> int:
         run_shard(args.pack, args.dir, REPO, json.loads(args.options))
         return 0
     if args.cmd == "_run-stage":
-        from .runner import run_inline
+        from .runner import await_turn, run_inline
 
+        if args.start_after and not await_turn(args.stage, args.start_after, json.loads(args.options),
+                                               stages=args.stage_package):
+            return 3
         run_inline(args.stage, args.pack, REPO, json.loads(args.options), stages=args.stage_package,
                    slots=args.slots)
         return 0

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -36,10 +37,10 @@ from .provenance.attest import SigningFailed, collect_run_facts, write_provenanc
 from .provenance.signing import load_signing_key
 from .records.pack import PackRecord, ZeroDelta, present
 from .reporting import missing_renderer
-from .runner import record_skip, run_stage
+from .runner import WarmStage, record_skip, run_stage
 from .schedule import fork_server, run_schedule, schedule_mode, slots_per_gpu
 from .stages import forkserver
-from .stages.order import RUN_ORDER, STAGE_ORDER, StageSpec, stage_spec, with_dependencies
+from .stages.order import GPU_SHARED, RUN_ORDER, STAGE_ORDER, StageSpec, stage_spec, with_dependencies
 from .stages.procs import SlotPool, selected_variants
 from .toolchain import toolchain
 
@@ -148,11 +149,22 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
                  "; a fork server per GPU for correctness and stability cells" if pool.fork else "")
         servers = forkserver.start(pool.dir, gpus, repo) if pool.fork else []
 
+        warm: dict[str, WarmStage] = {}
+        warm_lock = threading.Lock()
+
         def execute(name: str) -> None:
             spec = by_name[name]
             stage_options = inc.stage_options(name, options, facts)  # the plan is made by the first GPU check
+            if spec.resource == GPU_SHARED:
+                with warm_lock:  # the GPU checks started: the exclusive stage after them prepares meanwhile
+                    for later in (s.name for s in specs if s.warm_start and s.needs_gpu):
+                        if later in to_run and has_gpu and later not in warm:
+                            warm[later] = WarmStage(later, tmp, repo, inc.stage_options(later, options, facts),
+                                                    stages=stages, slots=pool.dir)
+            with warm_lock:
+                mine = warm.get(name)
             run_stage(name, tmp, repo, stage_options, isolate=spec.needs_gpu, timeout_s=spec.timeout_s,
-                      stages=stages, slots=pool.dir)
+                      stages=stages, slots=pool.dir, warm=mine)
 
         def conclude(name: str):
             out = final_outcome(name, tmp, stages=stages)
@@ -170,6 +182,8 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
         except CarryError as exc:
             raise PackError(f"incremental: {exc}") from exc
         finally:
+            for w in warm.values():
+                w.cancel()
             forkserver.stop(servers)
             inc.close()
         durations = {n: sched.times[n].duration_s for n in RUN_ORDER}

@@ -155,6 +155,24 @@ def _copy_previous(options: dict, stage_dir: Path) -> dict:
     return {"previous_pack": str(prev), "previous_pack_id": Path(prev).resolve().name, "compare_rule": RULE}
 
 
+def prepare(options: dict) -> None:
+    """Before the bench's turn (runner.WarmStage, while the GPU checks run): torch, the extension and the
+    timing modules loaded, and on one GPU the CUDA context made and cuDNN loaded. Nothing is launched on the
+    GPU and nothing is measured: the bench starts, as always, from its turn."""
+    import importlib
+
+    import torch
+
+    from .. import api  # noqa: F401
+    from ..timing import ceilings, clocks, harness, shape_runner  # noqa: F401
+
+    importlib.import_module("evpack._C")  # the extension the build made (loaded_binary hashes it at the turn)
+
+    if not RunOptions.from_json(options).gpus:
+        torch.empty(1, device="cuda")  # the context and the allocator; an allocation, no kernel
+        torch.backends.cudnn.version()
+
+
 def run(ctx: StageContext) -> None:
     t_start = time.perf_counter()
     handler = logging.FileHandler(ctx.dir / "bench.log")

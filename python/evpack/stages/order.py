@@ -35,6 +35,9 @@ class StageSpec:
     after: tuple[str, ...] = ()  # ordering only: starts once these finished (ran, failed or were skipped)
     alone: bool = False  # nothing else runs beside it (the benchmark: timing)
     reads_stages: bool = False  # derive() reads other stages' outcomes (the canary matrix)
+    # its process starts when the GPU checks start and prepares (imports, CUDA context) until its turn
+    # (runner.WarmStage; the stage module's prepare(options))
+    warm_start: bool = False
 
     @property
     def needs_gpu(self) -> bool:
@@ -63,7 +66,7 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("bench", ("build",), GPU_EXCLUSIVE, 900,
               ("bench.log", "run.json", "samples.csv.*", "summary.json*", "ceilings.json", "clocks.json"),
               "binary.json", ("canary_side_stream", "canary_content_cache", "canary_timing_aware"),
-              after=_GATES_WITH_CANARIES, alone=True),
+              after=_GATES_WITH_CANARIES, alone=True, warm_start=True),
 )
 SPECS = {s.name: s for s in STAGES}
 

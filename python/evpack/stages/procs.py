@@ -157,20 +157,40 @@ def run_isolated(cmd: list[str], log_path: Path, *, repo: Path, timeout_s: float
     On timeout the group gets SIGTERM and `grace_s` seconds to exit (0: SIGKILL at once), then SIGKILL.
     Returns {"returncode", "timed_out", "duration_s"}. Shared by the stage runner and the per-cell jobs.
     """
+    t0 = time.monotonic()
+    return wait_isolated(start_isolated(cmd, log_path, repo=repo, env=env, append=append), t0,
+                         timeout_s=timeout_s, grace_s=grace_s)
+
+
+def start_isolated(cmd: list[str], log_path: Path, *, repo: Path, env: dict | None = None,
+                   append: bool = False) -> subprocess.Popen:
+    """cmd started in its own session and process group, its output to log_path (run_isolated's first half)."""
     full_env = dict(os.environ)
     full_env["PYTHONUNBUFFERED"] = "1"
     full_env.update(env or {})
-    t0, timed_out = time.monotonic(), False
     with open(log_path, "ab" if append else "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=repo, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+        return subprocess.Popen(cmd, cwd=repo, env=full_env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-        try:
-            returncode = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc, grace_s)
-            returncode = proc.wait()
+
+
+def wait_isolated(proc: subprocess.Popen, t0: float, *, timeout_s: float, grace_s: float = 0.0) -> dict:
+    """Wait for a process start_isolated started, at most timeout_s from now; on timeout its group is killed
+    (run_isolated's second half). duration_s counts from t0."""
+    timed_out = False
+    try:
+        returncode = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc, grace_s)
+        returncode = proc.wait()
     return {"returncode": returncode, "timed_out": timed_out, "duration_s": time.monotonic() - t0}
+
+
+def kill_isolated(proc: subprocess.Popen) -> None:
+    """Stop a process start_isolated started, and its whole group, now."""
+    if proc.poll() is None:
+        _kill_group(proc, 0)
+        proc.wait()
 
 
 def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
