@@ -168,7 +168,7 @@ def _triton_aot(ext: str, variants: list, out_dir: Path, fatbinary: str) -> dict
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
         raise SystemExit(lines[-1] if lines else f"evpack build: triton AOT build exited {proc.returncode}")
-    reused = '"reused": true' in proc.stdout
+    reused = json.loads(proc.stdout.strip().splitlines()[-1]).get("reused") is True  # its one JSON line
     print(f"evpack build: {what}: {'unchanged, kept' if reused else 'compiled'} ({time.monotonic() - start:.1f} s)",
           flush=True)
     return json.loads((out_dir / "manifest.json").read_text())

@@ -104,16 +104,22 @@ _INCLUDE_NAME = re.compile(r'[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)')
 def sources_digest(repo: Path) -> str:
     """Digest of every kernel header under KERNEL_SOURCE_DIRS (the stamp of a file whose includes cannot be
     followed)."""
-    return _digest(Path(repo), [p for d in KERNEL_SOURCE_DIRS for p in (Path(repo) / d).rglob("*")
-                                if p.is_file() and p.suffix in _HEADER_SUFFIXES])
+    return files_digest(Path(repo), [p for d in KERNEL_SOURCE_DIRS for p in (Path(repo) / d).rglob("*")
+                                     if p.is_file() and p.suffix in _HEADER_SUFFIXES])
 
 
-def _digest(repo: Path, paths: Iterable[Path]) -> str:
+def files_digest(root: Path, paths: Iterable[Path]) -> str:
+    """SHA-256 over each file's name and bytes, in path order: the name relative to `root` for a file under it (a
+    checkout moved elsewhere keeps its digests), else its absolute path. The one digest of a set of files used by
+    the build's stamps, the Triton build's inputs and the incremental keys' recorded parts."""
     import hashlib
 
+    root = Path(root).resolve()
     h = hashlib.sha256()
-    for path in sorted(set(paths), key=lambda p: p.relative_to(repo).as_posix()):
-        h.update(path.relative_to(repo).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for p in sorted(set(paths)):
+        path = Path(p).resolve()
+        name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.as_posix()
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -158,7 +164,7 @@ def variant_digest(repo: Path, variant) -> str:
     edit rewrites (and rebuilds) the instantiations that read the edited file and no others. A body whose
     includes cannot be followed gets the digest of every kernel header (an edit anywhere rebuilds it)."""
     closure = include_closure(repo, variant.source)
-    return sources_digest(repo) if closure is None else _digest(Path(repo).resolve(), closure)
+    return sources_digest(repo) if closure is None else files_digest(repo, closure)
 
 
 def _is_cuda(variant) -> bool:

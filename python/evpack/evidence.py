@@ -155,13 +155,12 @@ def run_evidence(repo: Path, *, selected: list[str] | None, packs_root: Path, op
         def execute(name: str) -> None:
             spec = by_name[name]
             stage_options = inc.stage_options(name, options, facts)  # the plan is made by the first GPU check
-            if spec.resource == GPU_SHARED:
-                with warm_lock:  # the GPU checks started: the exclusive stage after them prepares meanwhile
+            with warm_lock:
+                if spec.resource == GPU_SHARED:  # the GPU checks started: the exclusive stage after them prepares
                     for later in (s.name for s in specs if s.warm_start and s.needs_gpu):
                         if later in to_run and has_gpu and later not in warm:
                             warm[later] = WarmStage(later, tmp, repo, inc.stage_options(later, options, facts),
                                                     stages=stages, slots=pool.dir)
-            with warm_lock:
                 mine = warm.get(name)
             run_stage(name, tmp, repo, stage_options, isolate=spec.needs_gpu, timeout_s=spec.timeout_s,
                       stages=stages, slots=pool.dir, warm=mine)

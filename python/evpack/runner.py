@@ -57,7 +57,6 @@ class WarmStage:
     scheduler's slot folder, outside the pack) that `run_stage` creates when the stage starts."""
 
     def __init__(self, name: str, pack_dir: Path, repo: Path, options: dict, *, stages: str | None, slots: Path):
-        self.name, self.options = name, options
         self.turn = Path(slots) / f"{name}.turn"
         self.turn.unlink(missing_ok=True)
         (pack_dir / name).mkdir(parents=True, exist_ok=True)

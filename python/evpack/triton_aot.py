@@ -38,6 +38,8 @@ import sys
 from pathlib import Path
 
 from . import registry
+from .binary import sha256_file
+from .buildgen import files_digest
 from .packfs import write_bytes
 from .records.triton import TritonManifest
 from .triton_pin import triton_pin
@@ -207,13 +209,6 @@ _OWN_SETTINGS = ("TRITON_CACHE_DIR", "TRITON_ALWAYS_COMPILE", "TRITON_DUMP_PTXAS
 _PACKAGE = Path(__file__).resolve().parent
 
 
-def _file_digest(paths) -> str:
-    h = hashlib.sha256()
-    for path in sorted(set(paths)):
-        h.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 def inputs(repo: Path, ext: str, variants: list[registry.Variant], archs: list[str], fatbinary_tool: str) -> dict:
     """What a build's files are made from: the arguments, the Triton and torch versions, Triton's settings from
     the environment, the fatbinary tool's bytes, the kernel sources and every Python file of this package (the
@@ -226,9 +221,8 @@ def inputs(repo: Path, ext: str, variants: list[registry.Variant], archs: list[s
             "triton": pin.installed, "torch": pin.torch, "python": sys.version,
             "triton_env": {k: v for k, v in sorted(os.environ.items())
                            if k.startswith("TRITON_") and k not in _OWN_SETTINGS},
-            "fatbinary": {"path": tool, "sha256": _file_digest([Path(tool)]) if tool else None},
-            "sources": _file_digest([Path(repo).resolve() / v.source for v in variants]
-                                    + list(_PACKAGE.rglob("*.py")))}
+            "fatbinary": {"path": tool, "sha256": sha256_file(Path(tool)) if tool else None},
+            "sources": files_digest(repo, [Path(repo) / v.source for v in variants] + list(_PACKAGE.rglob("*.py")))}
 
 
 def reusable(out: Path, wanted: dict) -> dict | None:

@@ -10,23 +10,14 @@
 from __future__ import annotations
 
 import ast
-import hashlib
 from pathlib import Path
 from types import ModuleType
 
 from .. import registry
+from ..buildgen import files_digest
 
 BUILD_FILES = ("setup.py", "python/evpack/buildgen.py", "python/evpack/buildtools.py")
 _EVPACK = Path(__file__).resolve().parents[1]  # python/evpack
-
-
-def _hash_files(repo: Path, paths) -> str:
-    h = hashlib.sha256()
-    for p in sorted(set(paths)):
-        rel = p.resolve().relative_to(repo.resolve()).as_posix() if p.resolve().is_relative_to(repo.resolve()) \
-            else p.resolve().as_posix()
-        h.update(rel.encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
 
 
 def source_digest(repo: Path, variant: str) -> str:
@@ -35,7 +26,7 @@ def source_digest(repo: Path, variant: str) -> str:
     csrc = repo / "csrc"
     shared = [p for p in csrc.rglob("*") if p.is_file() and "variants" not in p.relative_to(csrc).parts[:1]]
     files = shared + [repo / var.source] + [repo / f for f in BUILD_FILES if (repo / f).is_file()]
-    return _hash_files(repo, files)
+    return files_digest(repo, files)
 
 
 def _imported_files(path: Path) -> set[Path]:
@@ -97,4 +88,4 @@ def check_digest(repo: Path, stage_module: ModuleType) -> str:
     oracles = [p for p in (repo / "oracles").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     code = import_closure([Path(stage_module.__file__), *(p for p in oracles if p.suffix == ".py"),
                            _EVPACK / "__init__.py"])
-    return _hash_files(repo, [*oracles, *code])
+    return files_digest(repo, [*oracles, *code])
