@@ -14,7 +14,7 @@ flash and cuDNN backends. Writes DIR/hopper_dev.json with every row.
 Correctness: S in ODD_SEQS (--quick: 77, 512, 513), a strided (B, S, H, D) view, and (both modes) the
 MULTI_ITEM shapes, which have more work items than an H200 has SMs, so one persistent CTA runs several
 items back to back (the K/V ring, the Q buffers and the cross-item overlap carry over), with tails.
---shapes picks the timed shapes by name (TIMED_NAMES; "causal" = the causal ones; default all).
+--shapes picks the timed shapes by name (TIMED_NAMES, or a SHAPE_GROUPS key; default all).
 """
 from __future__ import annotations
 
@@ -38,15 +38,19 @@ from evpack.timing import baselines, harness, roofline  # noqa: E402
 from evpack.timing.stats import StopRule  # noqa: E402
 
 ODD_SEQS = (1, 77, 128, 512, 513, 1000)
-TIMED = (  # (B, H, S, D, dtype, causal): the issue's targets at S=512
+TIMED = (  # (B, H, S, D, dtype, causal): the canonical shape and its neighbours, then the full suite's losses
     (16, 16, 512, 64, "fp16", False),
     (16, 16, 512, 64, "fp16", True),
     (16, 16, 512, 128, "fp16", False),
     (16, 16, 512, 128, "fp16", True),
     (16, 16, 512, 64, "bf16", False),
+    (32, 32, 512, 64, "fp16", False),
+    (4, 16, 2048, 64, "fp16", False),
+    (2, 16, 4096, 64, "fp16", False),
 )
-TIMED_NAMES = ("d64", "d64c", "d128", "d128c", "bf16")  # --shapes names, in TIMED's order
-SHAPE_GROUPS = {"all": TIMED_NAMES, "causal": ("d64c", "d128c")}
+TIMED_NAMES = ("d64", "d64c", "d128", "d128c", "bf16", "b32h32", "s2048", "s4096")  # --shapes names, in order
+SHAPE_GROUPS = {"all": TIMED_NAMES, "s512": TIMED_NAMES[:5], "causal": ("d64c", "d128c"),
+                "long": ("b32h32", "s2048", "s4096")}
 # (B, H, S): > 132 work items of 128 query rows (several per persistent CTA), with a seqlen tail
 MULTI_ITEM = ((64, 8, 77), (8, 16, 200), (4, 16, 1000))
 SDPA = ("flash", "cudnn")

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 SHELL_SCRIPTS = [REPO / "scripts" / p for p in
                  ("gpu-session", "idle-guard", "provider-hook.example", "lib/remote.sh", "lib/pr-evidence.sh")]
-SHELL_SCRIPTS.append(REPO / "bench" / "causal_dev.sh")
+SHELL_SCRIPTS.append(REPO / "bench" / "wgmma_dev.sh")
 MARKER = "<!-- evidence-pack -->"
 
 

@@ -1,60 +1,67 @@
 #!/usr/bin/env bash
-# Build and measure the wgmma causal alternatives (bench/NOTES.md, wgmma section 5) on one GPU host
-# with torch and nvcc: per combination of build switches, an in-place build of the wgmma and mma
-# variants (sm_90 + sm_90a), then bench/hopper_dev.py (correctness sweep, then cold-L2 timings against
-# SDPA's flash and cuDNN backends) into $OUT/causal/<combo>/; at the end, one table of every
-# combination's median µs per shape and its correctness result.
+# Build and measure alternatives of the wgmma variant (build switches, bench/NOTES.md "wgmma") on one GPU host
+# with torch and nvcc: per combination of build switches, an in-place build of the wgmma variant (sm_90a),
+# then bench/hopper_dev.py (correctness sweep, then cold-L2 timings against SDPA's flash and cuDNN backends)
+# into $OUT/wgmma_dev/<combo>/; at the end, one table of every combination's median µs per shape (with
+# cuDNN's time from the same run) and its correctness and PTXAS result.
 #
-#   OUT=DIR bench/causal_dev.sh [COMBO...]      (default OUT: ./causal_dev_out; default: every combo)
+#   OUT=DIR bench/wgmma_dev.sh [COMBO | NAME=FLAGS ...]   (default OUT: ./wgmma_dev_out; default: every combo)
 #
-# Combinations, in the default order (EVPACK_WGMMA_<switch>=value; ORDER 2 = head-major where it
-# balances as well as longest-first, which it does at B16 H16 S512):
-#   off          BRANCHFREE_MASK=0 CAUSAL_ORDER=0 CROSS_ITEM=0 DIAG_SKIP=0   (the kernel before section 5)
-#   mask_order   BRANCHFREE_MASK=1 CAUSAL_ORDER=2 CROSS_ITEM=0 DIAG_SKIP=0
-#   cross        BRANCHFREE_MASK=1 CAUSAL_ORDER=2 CROSS_ITEM=1 DIAG_SKIP=0
-#   defaults     no -D flags: the defaults in csrc/variants/wgmma.cuh (all four on)
-# The last combination built stays built in place; the default order leaves the defaults.
+# Named combinations (EVPACK_WGMMA_<switch>=value, csrc/variants/wgmma/config.cuh), in the default order:
+#   base      no -D flags: the defaults in the tree
+#   rescale   RESCALE_SKIP=1   (a row keeps its max until it grows by more than 2^8; O rescaled only then)
+#   tree      MAX_TREE=1       (the row max from four short chains, both rows before the exps)
+#   emu2      EXP2_EMU=2       (2 of 16 column groups: 2^x on the FMA pipe, 12.5% of the exps)
+#   emu4      EXP2_EMU=4       (25% of the exps)
+#   s4        STAGES_D64=4     (a 4-deep K/V ring at head_dim 64)
+#   rt        RESCALE_SKIP=1 MAX_TREE=1
+# NAME=FLAGS runs FLAGS (nvcc -D flags, space separated) under NAME. The last combination built stays built
+# in place.
 #
 # Environment:
-#   OUT                output folder (its causal/ subfolder is written)
-#   HOPPER_DEV_ARGS    extra hopper_dev.py arguments (default: --quick, the short correctness sweep,
-#                      which still runs several work items per CTA, with tails)
-#   HOPPER_DEV_TIMEOUT seconds per hopper_dev.py run (default 120: a kernel that hangs is killed)
-#   CAUSAL_DEV_BUDGET  seconds for the whole script (default 540); a measurement that would end past
-#                      it is skipped (and recorded), builds still run
+#   OUT                output folder (its wgmma_dev/ subfolder is written)
+#   HOPPER_DEV_ARGS    extra hopper_dev.py arguments (default: --quick --timing-variants wgmma, the short
+#                      correctness sweep, which still runs several work items per CTA, with tails)
+#   HOPPER_DEV_TIMEOUT seconds per hopper_dev.py run (default 150: a kernel that hangs is killed)
+#   WGMMA_DEV_BUDGET   seconds for the whole script (default 540); a measurement that would end past it is
+#                      skipped (and recorded), builds still run
 #   MAX_JOBS           parallel compile jobs (default: all cores)
 #
-# A combination that fails to build or to pass the correctness sweep is recorded and the next one
-# runs. Exit status: 0 if every combination built and passed, 1 otherwise.
+# A combination that fails to build or to pass the correctness sweep is recorded and the next one runs.
+# Exit status: 0 if every combination built and passed, 1 otherwise, 2 for an unknown combination.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 2
-OUT=${OUT:-$ROOT/causal_dev_out}
-RESULTS=$OUT/causal
-HOPPER_DEV_ARGS=${HOPPER_DEV_ARGS:---quick}
-HOPPER_DEV_TIMEOUT=${HOPPER_DEV_TIMEOUT:-120}
-CAUSAL_DEV_BUDGET=${CAUSAL_DEV_BUDGET:-540}
+OUT=${OUT:-$ROOT/wgmma_dev_out}
+RESULTS=$OUT/wgmma_dev
+HOPPER_DEV_ARGS=${HOPPER_DEV_ARGS:---quick --timing-variants wgmma}
+HOPPER_DEV_TIMEOUT=${HOPPER_DEV_TIMEOUT:-150}
+WGMMA_DEV_BUDGET=${WGMMA_DEV_BUDGET:-540}
 MAX_JOBS=${MAX_JOBS:-$(nproc)}
 export MAX_JOBS
 
 declare -A FLAGS=(
-    [off]="-DEVPACK_WGMMA_BRANCHFREE_MASK=0 -DEVPACK_WGMMA_CAUSAL_ORDER=0 -DEVPACK_WGMMA_CROSS_ITEM=0 -DEVPACK_WGMMA_DIAG_SKIP=0"
-    [mask_order]="-DEVPACK_WGMMA_BRANCHFREE_MASK=1 -DEVPACK_WGMMA_CAUSAL_ORDER=2 -DEVPACK_WGMMA_CROSS_ITEM=0 -DEVPACK_WGMMA_DIAG_SKIP=0"
-    [cross]="-DEVPACK_WGMMA_BRANCHFREE_MASK=1 -DEVPACK_WGMMA_CAUSAL_ORDER=2 -DEVPACK_WGMMA_CROSS_ITEM=1 -DEVPACK_WGMMA_DIAG_SKIP=0"
-    [defaults]=""
+    [base]=""
+    [rescale]="-DEVPACK_WGMMA_RESCALE_SKIP=1"
+    [tree]="-DEVPACK_WGMMA_MAX_TREE=1"
+    [emu2]="-DEVPACK_WGMMA_EXP2_EMU=2"
+    [emu4]="-DEVPACK_WGMMA_EXP2_EMU=4"
+    [s4]="-DEVPACK_WGMMA_STAGES_D64=4"
+    [rt]="-DEVPACK_WGMMA_RESCALE_SKIP=1 -DEVPACK_WGMMA_MAX_TREE=1"
 )
-ORDER=(off mask_order cross defaults)
+ORDER=(base rescale tree emu2 emu4 s4 rt)
 
-combos=("$@")
-if [ ${#combos[@]} -eq 0 ]; then
-    combos=("${ORDER[@]}")
-fi
-for c in "${combos[@]}"; do
-    if [ -z "${FLAGS[$c]+set}" ]; then
-        echo "causal_dev: unknown combination '$c' (known: ${ORDER[*]})" >&2
+combos=()
+for arg in "${@:-${ORDER[@]}}"; do
+    name=${arg%%=*}
+    if [ "$name" != "$arg" ]; then
+        FLAGS[$name]=${arg#*=}
+    elif [ -z "${FLAGS[$name]+set}" ]; then
+        echo "wgmma_dev: unknown combination '$name' (known: ${ORDER[*]}; or NAME=FLAGS)" >&2
         exit 2
     fi
+    combos+=("$name")
 done
 
 mkdir -p "$RESULTS"
@@ -70,7 +77,7 @@ for c in "${combos[@]}"; do
     echo "== $c: build (EVPACK_NVCC_FLAGS='${FLAGS[$c]}', $((SECONDS - start)) s in)"
     rm -f python/evpack/_C.*.so  # a failed build must not leave the previous combination's kernels
     t0=$SECONDS
-    EVPACK_VARIANTS=wgmma,mma EVPACK_CUDA_ARCHS="90;90a" EVPACK_NVCC_FLAGS="${FLAGS[$c]}" \
+    EVPACK_VARIANTS=wgmma EVPACK_CUDA_ARCHS="90a" EVPACK_NVCC_FLAGS="${FLAGS[$c]}" \
         timeout -k 10 420 python setup.py build_ext --inplace > "$dir/build.log" 2>&1
     rc=$?
     echo "$((SECONDS - t0))" > "$dir/build_seconds.txt"
@@ -85,10 +92,10 @@ for c in "${combos[@]}"; do
     # The wgmma objects' PTXAS reports (registers, spills, C75xx advisories), as the build left them.
     find build -path "*generated/_C/wgmma_*.o.ptxas.log" -exec cp {} "$dir/" \;
 
-    remaining=$((CAUSAL_DEV_BUDGET - (SECONDS - start) - 20 * left))  # keep ~20 s per build still to come
+    remaining=$((WGMMA_DEV_BUDGET - (SECONDS - start) - 20 * left))  # keep ~20 s per build still to come
     limit=$((remaining < HOPPER_DEV_TIMEOUT ? remaining : HOPPER_DEV_TIMEOUT))
     if [ "$limit" -lt 30 ]; then
-        echo "not measured: time budget (${CAUSAL_DEV_BUDGET} s) spent" > "$dir/status.txt"
+        echo "not measured: time budget (${WGMMA_DEV_BUDGET} s) spent" > "$dir/status.txt"
         echo "   measurement skipped: time budget spent"
         status=1
         continue
@@ -138,7 +145,7 @@ for c in combos:
     info[c] = (f"{c:<12} {status:<28} correct {passed}/{len(rows)} (worst err/bound {worst:.3f}); "
                f"build {build_s} s; ptxas: registers {regs}, spill bytes {spills}, C75xx {advisories}")
     for r in data.get("timing", []):
-        shape = f"D{r['D']} {r['dtype']}{' causal' if r['causal'] else ''}"
+        shape = f"B{r['B']}H{r['H']}S{r['S']} D{r['D']} {r['dtype']}{' c' if r['causal'] else ''}"
         timing.setdefault(shape, {}).setdefault(r["impl"], {})[c] = r["median_us"]
 for line in info.values():
     print(line)
@@ -146,12 +153,13 @@ if not timing:
     print("no timings")
     sys.exit(0)
 ours = [c for c in combos if any(c in impls.get("wgmma/m128n128w12s2", {}) for impls in timing.values())]
+others = [i for i in ("mma/m128n64w4s2", "sdpa/flash", "sdpa/cudnn") if any(i in impls for impls in timing.values())]
 print()
 print("median µs (cold L2); x cuDNN = cuDNN's median in the same run / ours")
-head = f"{'shape':<18}" + "".join(f"{c:>20}" for c in ours) + f"{'mma':>9}{'flash':>9}{'cudnn':>9}"
+head = f"{'shape':<22}" + "".join(f"{c:>20}" for c in ours) + "".join(f"{i.split('/')[1][:8]:>9}" for i in others)
 print(head)
 for shape, impls in timing.items():
-    line = f"{shape:<18}"
+    line = f"{shape:<22}"
     wg = impls.get("wgmma/m128n128w12s2", {})
     cud = impls.get("sdpa/cudnn", {})
     for c in ours:
@@ -161,9 +169,8 @@ for shape, impls in timing.items():
         else:
             line += f"{'-':>20}"
     last = ours[-1] if ours else None
-    for impl in ("mma/", "sdpa/flash", "sdpa/cudnn"):
-        vals = next((v for k, v in impls.items() if k.startswith(impl)), {})
-        line += f"{vals.get(last, float('nan')):>9.2f}"
+    for impl in others:  # from the last combination's run
+        line += f"{impls.get(impl, {}).get(last, float('nan')):>9.2f}"
     print(line)
 EOF
 exit $status

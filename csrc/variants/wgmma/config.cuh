@@ -1,0 +1,105 @@
+// wgmma: compile-time shape of one instantiation, the build switches still under measurement, and the
+// shared-memory layout of a CTA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda.h>  // CUtensorMap
+
+namespace evpack {
+namespace wgmma {
+
+constexpr int kRowsPerConsumer = 64;  // wgmma M: one consumer warpgroup owns 64 query rows
+constexpr int kBoxCols = 64;          // 64 elements of T = 128 bytes: the widest 128B-swizzled TMA box
+constexpr int kBoxRowBytes = 128;
+constexpr int kProducerRegs = 24;     // setmaxnreg targets: 24 x 128 + 240 x 256 = 64512 <= 65536
+constexpr int kConsumerRegs = 240;
+
+// Build switches under measurement (bench/NOTES.md, "wgmma section 6"): -DEVPACK_WGMMA_<NAME>=value.
+#ifndef EVPACK_WGMMA_RESCALE_SKIP  // 1: a row keeps its running max until a tile raises it by more than
+#define EVPACK_WGMMA_RESCALE_SKIP 0  // 2^8 (scaled, log2 units); O is rescaled only when a warp's max moved
+#endif
+#ifndef EVPACK_WGMMA_MAX_TREE  // 1: the row max of a tile from four short chains of fmaxf, not one long one
+#define EVPACK_WGMMA_MAX_TREE 0
+#endif
+#ifndef EVPACK_WGMMA_EXP2_EMU  // n: n of the BLOCK_N / 8 column groups of a row take 2^x from a polynomial on
+#define EVPACK_WGMMA_EXP2_EMU 0  // the FMA pipe instead of the SFU's ex2
+#endif
+#ifndef EVPACK_WGMMA_STAGES_D64  // K/V ring depth at head_dim 64 (0: the config's STAGES)
+#define EVPACK_WGMMA_STAGES_D64 0
+#endif
+static_assert((EVPACK_WGMMA_RESCALE_SKIP == 0 || EVPACK_WGMMA_RESCALE_SKIP == 1) &&
+                  (EVPACK_WGMMA_MAX_TREE == 0 || EVPACK_WGMMA_MAX_TREE == 1) && EVPACK_WGMMA_EXP2_EMU >= 0 &&
+                  EVPACK_WGMMA_STAGES_D64 >= 0,
+              "wgmma: EVPACK_WGMMA_* switches out of range");
+
+// The four TMA descriptors of one launch and its causal work order (TileScheduler), passed by value as a
+// __grid_constant__ kernel parameter.
+struct TmaMaps {
+  CUtensorMap q, k, v, o;
+  int head_major;  // causal only: 1 = head-major rotated order, 0 = longest first
+};
+
+template <class Cfg, int kHeadDim>
+struct Shape {
+  static constexpr int kBlockM = Cfg::kBlockM;
+  static constexpr int kBlockN = Cfg::kBlockN;
+  static constexpr int kConsumers = kBlockM / kRowsPerConsumer;
+  static constexpr int kConsumerWarps = 4 * kConsumers;
+  static constexpr int kDBoxes = kHeadDim / kBoxCols;
+  static constexpr int kKSteps = kHeadDim / 16;              // k16 steps of Q.K^T
+  static constexpr int kPSteps = kBlockN / 16;               // k16 steps of P.V
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;     // one Q (or O) tile
+  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;    // one K (or V) tile
+  static constexpr int kQBoxBytes = kBlockM * kBoxRowBytes;  // one 64-column box of a Q (or O) tile
+  static constexpr int kKVBoxBytes = kBlockN * kBoxRowBytes; // one 64-column box of a K or V tile
+  static constexpr int kMaxSmem = 227 * 1024;                // sm_90 opt-in limit per block
+  static constexpr int kStages = (kHeadDim == 64 && EVPACK_WGMMA_STAGES_D64 > 0) ? EVPACK_WGMMA_STAGES_D64
+                                                                                 : Cfg::kStages;  // K/V ring depth
+  static constexpr int kSmemTiles = 3 * kQBytes /* 2 Q, O */ + 2 * kStages * kKVBytes;
+  static constexpr int kSmemBytes = 1024 /* alignment slack */ + kSmemTiles + 1024 /* barriers */;
+
+  static_assert(kBlockM % kRowsPerConsumer == 0 && kConsumers >= 1 && kConsumers <= 2,
+                "wgmma: BLOCK_M must be 64 or 128 (one or two consumer warpgroups of 64 rows)");
+  static_assert(Cfg::kWarps == 4 * (kConsumers + 1), "wgmma: WARPS must be 4 x (1 producer + BLOCK_M / 64 consumers)");
+  static_assert(kBlockN == 64 || kBlockN == 128, "wgmma: BLOCK_N must be 64 or 128 (wgmma N of Q.K^T)");
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "wgmma: head_dim must be 64 or 128");
+  static_assert(kStages >= 1, "wgmma: STAGES must be at least 1");
+  static_assert(kSmemBytes <= kMaxSmem, "wgmma: Q tile + STAGES K/V tiles exceed the 227 KB shared-memory limit");
+};
+
+template <class Cfg, class T, int kHeadDim>
+constexpr size_t dynamic_smem_bytes() {
+  return static_cast<size_t>(Shape<Cfg, kHeadDim>::kSmemBytes);
+}
+
+// The CTA's dynamic shared memory (1024-byte aligned; every tile stored as boxes of 64 columns = 128 bytes
+// per row, 128B-swizzled by TMA, the layout wgmma reads through make_smem_desc_sw128):
+//   q   (2, D / 64, BLOCK_M, 64)        T   Q of the current and the next work item
+//   o   (D / 64, BLOCK_M, 64)           T   O staging for the TMA store
+//   k   (STAGES, D / 64, BLOCK_N, 64)   T   K ring
+//   v   (STAGES, D / 64, BLOCK_N, 64)   T   V ring
+//   barriers: q_full[2], q_empty[2], k_full[S], v_full[S], k_empty[S], v_empty[S]
+template <class S>
+struct SharedStorage {
+  uint8_t *q, *o, *k, *v;
+  uint64_t *q_full, *q_empty, *k_full, *v_full, *k_empty, *v_empty;
+
+  __device__ __forceinline__ explicit SharedStorage(uint8_t* raw) {
+    q = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+    o = q + 2 * S::kQBytes;
+    k = o + S::kQBytes;
+    v = k + S::kStages * S::kKVBytes;
+    uint64_t* bars = reinterpret_cast<uint64_t*>(v + S::kStages * S::kKVBytes);
+    q_full = bars;
+    q_empty = bars + 2;
+    k_full = bars + 4;
+    v_full = k_full + S::kStages;
+    k_empty = v_full + S::kStages;
+    v_empty = k_empty + S::kStages;
+  }
+};
+
+}  // namespace wgmma
+}  // namespace evpack
