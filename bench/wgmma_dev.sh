@@ -15,6 +15,8 @@
 #   emu4      EXP2_EMU=4       (25% of the exps)
 #   s4        STAGES_D64=4     (a 4-deep K/V ring at head_dim 64)
 #   rt        RESCALE_SKIP=1 MAX_TREE=1
+#   m192      D64_M192=1       (head_dim 64: 192-row work items on three consumer warpgroups, 160 registers each)
+#   m192t     D64_M192=1 MAX_TREE=1
 # NAME=FLAGS runs FLAGS (nvcc -D flags, space separated) under NAME. The last combination built stays built
 # in place.
 #
@@ -49,8 +51,10 @@ declare -A FLAGS=(
     [emu4]="-DEVPACK_WGMMA_EXP2_EMU=4"
     [s4]="-DEVPACK_WGMMA_STAGES_D64=4"
     [rt]="-DEVPACK_WGMMA_RESCALE_SKIP=1 -DEVPACK_WGMMA_MAX_TREE=1"
+    [m192]="-DEVPACK_WGMMA_D64_M192=1"
+    [m192t]="-DEVPACK_WGMMA_D64_M192=1 -DEVPACK_WGMMA_MAX_TREE=1"
 )
-ORDER=(base rescale tree emu2 emu4 s4 rt)
+ORDER=(base rescale tree emu2 emu4 s4 rt m192 m192t)
 
 combos=()
 for arg in "${@:-${ORDER[@]}}"; do

@@ -9,8 +9,8 @@
 //   wgmma/tma_maps.cuh   host: the TMA descriptors
 //
 // Grid: one CTA per SM (fewer if there is less work). One CTA = 1 + BLOCK_M / 64 warpgroups (Cfg::kWarps / 4):
-//   warpgroup 0    producer: setmaxnreg down to 24; one thread issues the TMA loads.
-//   warpgroup 1+c  consumer c: setmaxnreg up to 240; owns query rows [64 c, 64 c + 64) of each work item.
+//   warpgroup 0    producer: setmaxnreg down to 24 (32 beside three consumers); one thread issues the TMA loads.
+//   warpgroup 1+c  consumer c: setmaxnreg up to 240 (160 for three); owns query rows [64 c, 64 c + 64) of an item.
 // Registers of one consumer thread (warp w of its warpgroup, lane = 4 g + t):
 //   rS (BLOCK_N / 2)       fp32   scores of rows 16 w + g, +8; columns 8 a + 2 t, +1 (a = 0..BLOCK_N/8-1)
 //   rP (BLOCK_N / 16, 4)   T x 2  P of the previous tile as wgmma A fragments (k16 steps)
@@ -41,7 +41,7 @@ namespace evpack {
 namespace wgmma {
 
 template <class Cfg, class T, int kHeadDim>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+__global__ void __launch_bounds__(Shape<Cfg, kHeadDim>::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ TmaMaps tma) {
   using S = Shape<Cfg, kHeadDim>;
   extern __shared__ uint8_t smem_raw[];
@@ -58,11 +58,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   __syncthreads();
 
   if (warpgroup == 0) {
-    hopper::setmaxnreg_dec<kProducerRegs>();
+    hopper::setmaxnreg_dec<S::kProducerRegs>();
     if (threadIdx.x == 0) producer_loop<S>(p, tma, sm, sched);
     return;
   }
-  hopper::setmaxnreg_inc<kConsumerRegs>();
+  hopper::setmaxnreg_inc<S::kConsumerRegs>();
   consumer_loop<S, T, kHeadDim>(p, tma, sm, sched, warpgroup - 1);
 }
 
@@ -91,7 +91,7 @@ cudaError_t launch(const FwdParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(work < sms ? work : sms));
   maps.head_major = p.causal && detail::causal_head_major(n_m, p.batch * p.heads, static_cast<int>(grid.x),
                                                           p.seqlen, S::kBlockM, S::kBlockN);
-  kernel<<<grid, Cfg::kThreads, smem, stream>>>(p, maps);
+  kernel<<<grid, S::kThreads, smem, stream>>>(p, maps);
   return cudaGetLastError();
 }
 

@@ -13,8 +13,6 @@ namespace wgmma {
 constexpr int kRowsPerConsumer = 64;  // wgmma M: one consumer warpgroup owns 64 query rows
 constexpr int kBoxCols = 64;          // 64 elements of T = 128 bytes: the widest 128B-swizzled TMA box
 constexpr int kBoxRowBytes = 128;
-constexpr int kProducerRegs = 24;     // setmaxnreg targets: 24 x 128 + 240 x 256 = 64512 <= 65536
-constexpr int kConsumerRegs = 240;
 
 // Build switches under measurement (bench/NOTES.md, "wgmma section 6"): -DEVPACK_WGMMA_<NAME>=value.
 #ifndef EVPACK_WGMMA_RESCALE_SKIP  // 1: a row keeps its running max until a tile raises it by more than
@@ -29,9 +27,12 @@ constexpr int kConsumerRegs = 240;
 #ifndef EVPACK_WGMMA_STAGES_D64  // K/V ring depth at head_dim 64 (0: the config's STAGES)
 #define EVPACK_WGMMA_STAGES_D64 0
 #endif
+#ifndef EVPACK_WGMMA_D64_M192  // 1: at head_dim 64, 192-row work items on three consumer warpgroups
+#define EVPACK_WGMMA_D64_M192 0  // (setmaxnreg 32 / 160), whatever the config's BLOCK_M and WARPS say
+#endif
 static_assert((EVPACK_WGMMA_RESCALE_SKIP == 0 || EVPACK_WGMMA_RESCALE_SKIP == 1) &&
                   (EVPACK_WGMMA_MAX_TREE == 0 || EVPACK_WGMMA_MAX_TREE == 1) && EVPACK_WGMMA_EXP2_EMU >= 0 &&
-                  EVPACK_WGMMA_STAGES_D64 >= 0,
+                  EVPACK_WGMMA_STAGES_D64 >= 0 && (EVPACK_WGMMA_D64_M192 == 0 || EVPACK_WGMMA_D64_M192 == 1),
               "wgmma: EVPACK_WGMMA_* switches out of range");
 
 // The four TMA descriptors of one launch and its causal work order (TileScheduler), passed by value as a
@@ -43,9 +44,14 @@ struct TmaMaps {
 
 template <class Cfg, int kHeadDim>
 struct Shape {
-  static constexpr int kBlockM = Cfg::kBlockM;
+  static constexpr bool kM192 = kHeadDim == 64 && EVPACK_WGMMA_D64_M192;
+  static constexpr int kBlockM = kM192 ? 192 : Cfg::kBlockM;
   static constexpr int kBlockN = Cfg::kBlockN;
   static constexpr int kConsumers = kBlockM / kRowsPerConsumer;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  // setmaxnreg targets: 24 x 128 + 240 x 256 = 64512 and 32 x 128 + 160 x 384 = 65536, of 65536
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 24;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
   static constexpr int kConsumerWarps = 4 * kConsumers;
   static constexpr int kDBoxes = kHeadDim / kBoxCols;
   static constexpr int kKSteps = kHeadDim / 16;              // k16 steps of Q.K^T
@@ -60,9 +66,10 @@ struct Shape {
   static constexpr int kSmemTiles = 3 * kQBytes /* 2 Q, O */ + 2 * kStages * kKVBytes;
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + kSmemTiles + 1024 /* barriers */;
 
-  static_assert(kBlockM % kRowsPerConsumer == 0 && kConsumers >= 1 && kConsumers <= 2,
-                "wgmma: BLOCK_M must be 64 or 128 (one or two consumer warpgroups of 64 rows)");
-  static_assert(Cfg::kWarps == 4 * (kConsumers + 1), "wgmma: WARPS must be 4 x (1 producer + BLOCK_M / 64 consumers)");
+  static_assert(kBlockM % kRowsPerConsumer == 0 && kConsumers >= 1 && kConsumers <= 3,
+                "wgmma: BLOCK_M must be 64, 128 or 192 (one to three consumer warpgroups of 64 rows)");
+  static_assert(kM192 || Cfg::kWarps == 4 * (kConsumers + 1),
+                "wgmma: WARPS must be 4 x (1 producer + BLOCK_M / 64 consumers)");
   static_assert(kBlockN == 64 || kBlockN == 128, "wgmma: BLOCK_N must be 64 or 128 (wgmma N of Q.K^T)");
   static_assert(kHeadDim == 64 || kHeadDim == 128, "wgmma: head_dim must be 64 or 128");
   static_assert(kStages >= 1, "wgmma: STAGES must be at least 1");

@@ -7,8 +7,8 @@
 //   rO += rP_{j-1} . sV_{j-1}  wgmma RS (P from registers), m64 n D k16, issued with S_j, so it runs while
 //                              this warpgroup does the softmax of S_j
 //   softmax(rS) (softmax.cuh); wait for P.V_{j-1}; rO *= alpha; rP = T(P)
-// The two consumers take turns to issue their wgmmas (pingpong, named barriers 3 and 4), so one's softmax
-// overlaps the other's matrix work.
+// The consumers take turns to issue their wgmmas (pingpong, named barriers), so one's softmax overlaps the
+// others' matrix work.
 #pragma once
 
 #include <cstdint>
@@ -113,19 +113,21 @@ struct ConsumerMma {
   }
 };
 
-// Pingpong: the two consumer warpgroups take turns to issue their wgmmas (named barriers 3 and 4), warpgroup 0
-// first; one warpgroup alone needs no turns.
+// Pingpong: the consumer warpgroups take turns to issue their wgmmas, warpgroup 0 first, then 1, ...: warpgroup c
+// waits on named barrier kBase + c, which the warpgroup before it arrives at once it has issued (barriers
+// 1 .. kConsumers are the epilogue's). One warpgroup alone needs no turns.
 template <int kConsumers>
 struct Turns {
+  static constexpr int kBase = 1 + kConsumers;
   int consumer;
   __device__ __forceinline__ explicit Turns(int c) : consumer(c) {
-    if (kConsumers == 2 && consumer == 1) hopper::named_barrier_arrive(3, 256);
+    if (kConsumers > 1 && consumer == kConsumers - 1) hopper::named_barrier_arrive(kBase, 256);
   }
   __device__ __forceinline__ void wait() const {
-    if constexpr (kConsumers == 2) hopper::named_barrier_sync(3 + consumer, 256);
+    if constexpr (kConsumers > 1) hopper::named_barrier_sync(kBase + consumer, 256);
   }
   __device__ __forceinline__ void pass() const {
-    if constexpr (kConsumers == 2) hopper::named_barrier_arrive(3 + (1 - consumer), 256);
+    if constexpr (kConsumers > 1) hopper::named_barrier_arrive(kBase + (consumer + 1) % kConsumers, 256);
   }
 };
 
