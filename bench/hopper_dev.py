@@ -88,7 +88,7 @@ def correctness(variants, quick: bool) -> list[dict]:
                     if not quick:
                         shapes.append(dict(B=16, H=16, S=512, layout="bhsd"))
                     for i, sh in enumerate(shapes):
-                        for cfg in var.configs:
+                        for cfg in var.configs_for(d):
                             rows.append(check(var, cfg, dict(**sh, D=d, dtype=dtype, causal=causal, seed=i)))
     return rows
 
@@ -117,7 +117,7 @@ def timing(variants, rule: StopRule, shapes) -> list[dict]:
         scale = default_scale(d)
         timers = []
         for var in variants:
-            for cfg in var.configs:
+            for cfg in var.configs_for(d):
                 def ours(q, k, v, _v=var.name, _c=cfg.name, _causal=causal, _scale=scale):
                     out = torch.empty_like(q)
                     _extension(_v).forward(q, k, v, out, _causal, _scale, _v, _c,

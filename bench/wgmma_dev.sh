@@ -7,16 +7,9 @@
 #
 #   OUT=DIR bench/wgmma_dev.sh [COMBO | NAME=FLAGS ...]   (default OUT: ./wgmma_dev_out; default: every combo)
 #
-# Named combinations (EVPACK_WGMMA_<switch>=value, csrc/variants/wgmma/config.cuh), in the default order:
-#   base      no -D flags: the defaults in the tree
-#   rescale   RESCALE_SKIP=1   (a row keeps its max until it grows by more than 2^8; O rescaled only then)
-#   tree      MAX_TREE=1       (the row max from four short chains, both rows before the exps)
-#   emu2      EXP2_EMU=2       (2 of 16 column groups: 2^x on the FMA pipe, 12.5% of the exps)
-#   emu4      EXP2_EMU=4       (25% of the exps)
-#   s4        STAGES_D64=4     (a 4-deep K/V ring at head_dim 64)
-#   rt        RESCALE_SKIP=1 MAX_TREE=1
-#   m192      D64_M192=1       (head_dim 64: 192-row work items on three consumer warpgroups, 160 registers each)
-#   m192t     D64_M192=1 MAX_TREE=1
+# Named combinations: base (no -D flags: the tree as it is). The alternatives measured so far (bench/NOTES.md, wgmma
+# sections 5 and 6) left the tree with their switches; to measure one again, add its switch to the kernel and pass
+# it as NAME=FLAGS.
 # NAME=FLAGS runs FLAGS (nvcc -D flags, space separated) under NAME. The last combination built stays built
 # in place.
 #
@@ -45,16 +38,8 @@ export MAX_JOBS
 
 declare -A FLAGS=(
     [base]=""
-    [rescale]="-DEVPACK_WGMMA_RESCALE_SKIP=1"
-    [tree]="-DEVPACK_WGMMA_MAX_TREE=1"
-    [emu2]="-DEVPACK_WGMMA_EXP2_EMU=2"
-    [emu4]="-DEVPACK_WGMMA_EXP2_EMU=4"
-    [s4]="-DEVPACK_WGMMA_STAGES_D64=4"
-    [rt]="-DEVPACK_WGMMA_RESCALE_SKIP=1 -DEVPACK_WGMMA_MAX_TREE=1"
-    [m192]="-DEVPACK_WGMMA_D64_M192=1"
-    [m192t]="-DEVPACK_WGMMA_D64_M192=1 -DEVPACK_WGMMA_MAX_TREE=1"
 )
-ORDER=(base rescale tree emu2 emu4 s4 rt m192 m192t)
+ORDER=(base)
 
 combos=()
 for arg in "${@:-${ORDER[@]}}"; do
@@ -156,25 +141,18 @@ for line in info.values():
 if not timing:
     print("no timings")
     sys.exit(0)
-ours = [c for c in combos if any(c in impls.get("wgmma/m128n128w12s2", {}) for impls in timing.values())]
-others = [i for i in ("mma/m128n64w4s2", "sdpa/flash", "sdpa/cudnn") if any(i in impls for impls in timing.values())]
 print()
-print("median µs (cold L2); x cuDNN = cuDNN's median in the same run / ours")
-head = f"{'shape':<22}" + "".join(f"{c:>20}" for c in ours) + "".join(f"{i.split('/')[1][:8]:>9}" for i in others)
-print(head)
+print("median µs (cold L2) per shape and kernel of ours; x cuDNN = cuDNN's median in the same run / ours")
+print(f"{'shape':<24}{'kernel':<22}" + "".join(f"{c:>20}" for c in combos) + f"{'flash':>9}{'cudnn':>9}")
+last = combos[-1]
 for shape, impls in timing.items():
-    line = f"{shape:<22}"
-    wg = impls.get("wgmma/m128n128w12s2", {})
     cud = impls.get("sdpa/cudnn", {})
-    for c in ours:
-        if c in wg:
-            ratio = cud.get(c, float("nan")) / wg[c]
-            line += f"{wg[c]:>10.2f} ({ratio:5.3f}x)"
-        else:
-            line += f"{'-':>20}"
-    last = ours[-1] if ours else None
-    for impl in others:  # from the last combination's run
-        line += f"{impls.get(impl, {}).get(last, float('nan')):>9.2f}"
-    print(line)
+    for impl in sorted(i for i in impls if not i.startswith("sdpa/")):
+        line = f"{shape:<24}{impl:<22}"
+        for c in combos:
+            us = impls[impl].get(c)
+            line += f"{us:>10.2f} ({cud.get(c, float('nan')) / us:5.3f}x)" if us else f"{'-':>20}"
+        line += f"{impls.get('sdpa/flash', {}).get(last, float('nan')):>9.2f}{cud.get(last, float('nan')):>9.2f}"
+        print(line)
 EOF
 exit $status

@@ -50,8 +50,9 @@ def main() -> int:
     var = registry.get(args.variant, include_canaries=True)
     ext = _extension(var.name)
     calls = 0
+    served = [d for d in var.head_dims if var.config(args.config).serves(d)]
     for dtype in var.dtypes:
-        for d in var.head_dims:
+        for d in served:
             for s in SEQS:
                 for causal in (False, True):
                     q, k, v = host_qkv(1, 2, s, d, dtype, seed=s + d)

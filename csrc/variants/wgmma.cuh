@@ -1,6 +1,6 @@
 // wgmma: flash-attention forward for Hopper (sm_90a only) in the FlashAttention-3 design: warp-specialised,
 // persistent, TMA loads into 128-byte-swizzled shared memory, wgmma.mma_async. Its pieces:
-//   wgmma/config.cuh     the instantiation's shape, build switches under measurement, shared-memory layout
+//   wgmma/config.cuh     the instantiation's shape and the shared-memory layout
 //   wgmma/scheduler.cuh  which work items a persistent CTA takes, in which order
 //   wgmma/pipeline.cuh   the K/V ring and the Q buffers between producer and consumers (mbarriers)
 //   wgmma/mainloop.cuh   the producer's loads; the consumers' wgmmas over an item's K/V tiles (pingpong)
@@ -8,7 +8,8 @@
 //   wgmma/epilogue.cuh   O / l through shared memory to a TMA store
 //   wgmma/tma_maps.cuh   host: the TMA descriptors
 //
-// Grid: one CTA per SM (fewer if there is less work). One CTA = 1 + BLOCK_M / 64 warpgroups (Cfg::kWarps / 4):
+// Grid: one CTA per SM (fewer if there is less work). One CTA = 1 + BLOCK_M / 64 warpgroups (Cfg::kWarps / 4;
+// BLOCK_M 128: two consumers, 192: three, which fit head_dim 64 only):
 //   warpgroup 0    producer: setmaxnreg down to 24 (32 beside three consumers); one thread issues the TMA loads.
 //   warpgroup 1+c  consumer c: setmaxnreg up to 240 (160 for three); owns query rows [64 c, 64 c + 64) of an item.
 // Registers of one consumer thread (warp w of its warpgroup, lane = 4 g + t):

@@ -82,7 +82,7 @@ def instantiation_source(variant, dtype: str, head_dim: int) -> str:
         f'#include "{Path(variant.source).as_posix()}"',
         "",
     ]
-    for cfg in variant.configs:
+    for cfg in variant.configs_for(head_dim):
         if not _IDENT.match(cfg.name):
             raise ValueError(f"variant {variant.name}: config name {cfg.name!r} is not a C++ identifier")
         lines.append(

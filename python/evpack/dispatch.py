@@ -154,9 +154,9 @@ def load_table(path: Path | None = None) -> dict | None:
 
 
 def fallback() -> tuple[str, str]:
-    """The registry's first tensor variant and its first config."""
+    """The registry's first tensor variant and its first config (one that serves every head dim of it)."""
     var = next(v for v in registry.VARIANTS if v.kind == "tensor")
-    return var.name, var.configs[0].name
+    return var.name, next(c for c in var.configs if all(c.serves(d) for d in var.head_dims)).name
 
 
 def _device_entry(table: DispatchTable, name: str | None, capability: str) -> DeviceEntry | None:
@@ -178,10 +178,10 @@ def pick(table: dict | None, *, device_name: str | None, capability: str, sm_cou
                 continue
             try:
                 var = registry.get(c.variant)
-                var.config(c.config)
+                cfg = var.config(c.config)
             except ValueError:
                 break
-            if dtype in var.dtypes and head_dim in var.head_dims:
+            if dtype in var.dtypes and cfg in var.configs_for(head_dim):
                 return var.name, c.config, f"table {tbl.source_pack}: {sc.key()} on {entry.name}"
             break
     variant, config = fallback()

@@ -331,7 +331,9 @@ def gen_cli(ctx: Ctx) -> str:
 def gen_variants(ctx: Ctx) -> str:
     rows = []
     for v in registry.VARIANTS:
-        rows.append((code(v.name), code(v.kind), ", ".join(code(c.name) for c in v.configs), "/".join(v.dtypes),
+        configs = ", ".join(code(c.name) + (f" (D={'/'.join(map(str, c.head_dims))} only)" if c.head_dims else "")
+                            for c in v.configs)
+        rows.append((code(v.name), code(v.kind), configs, "/".join(v.dtypes),
                      "/".join(map(str, v.head_dims)), ", ".join(f"sm_{a}" for a in v.archs) or "every arch of the build",
                      f"[{code(v.source)}]({ctx.link(v.source)})", prose(v.description)))
     return table(("variant", "kind", "configs (the first when `config` is not given)", "dtypes", "head dims", "built for", "source",

@@ -29,10 +29,16 @@ class TileConfig:
     block_n: int
     warps: int
     stages: int = 1
+    # The head dims this config is built for, of its variant's; empty: every one of them (a config whose
+    # registers fit one head dim only, e.g. three consumer warpgroups of wgmma at D=64).
+    head_dims: tuple[int, ...] = ()
 
     @property
     def threads(self) -> int:
         return 32 * self.warps
+
+    def serves(self, head_dim: int) -> bool:
+        return not self.head_dims or head_dim in self.head_dims
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,10 @@ class Variant:
         """Whether `arch` (as ptxas/cuobjdump name it: "sm_90a") is one this variant is built for."""
         return not self.archs or arch.removeprefix("sm_") in self.archs
 
+    def configs_for(self, head_dim: int) -> tuple[TileConfig, ...]:
+        """The configs built at this head dim (none if the variant is not built for it)."""
+        return tuple(c for c in self.configs if c.serves(head_dim)) if head_dim in self.head_dims else ()
+
     def config(self, name: str | None) -> TileConfig:
         if name is None:
             return self.configs[0]
@@ -107,8 +117,8 @@ def _canary(name: str, source: str, kind: str, description: str, caught_by: str)
                    dtypes=("fp16",), head_dims=(64,))
 
 
-def _cfg(block_m: int, block_n: int, warps: int, stages: int = 1) -> TileConfig:
-    return TileConfig(f"m{block_m}n{block_n}w{warps}s{stages}", block_m, block_n, warps, stages)
+def _cfg(block_m: int, block_n: int, warps: int, stages: int = 1, head_dims: tuple[int, ...] = ()) -> TileConfig:
+    return TileConfig(f"m{block_m}n{block_n}w{warps}s{stages}", block_m, block_n, warps, stages, head_dims)
 
 
 VARIANTS: tuple[Variant, ...] = (
@@ -141,10 +151,12 @@ VARIANTS: tuple[Variant, ...] = (
         name="wgmma",
         kind="tensor",
         source="csrc/variants/wgmma.cuh",
-        # 12 warps = 1 producer warpgroup + 2 consumer warpgroups of 64 rows: 128-row Q tiles divide
-        # S=512; 128-key tiles, 4 per head at S=512; a 2-deep K/V ring (the most that fits at D=128
-        # beside two Q tiles and the O tile). 64-key tiles with a 4-deep ring lost (bench/NOTES.md).
-        configs=(_cfg(128, 128, 12, 2),),
+        # m128n128w12s2: 12 warps = 1 producer warpgroup + 2 consumer warpgroups of 64 rows: 128-row Q tiles
+        #   divide S=512; 128-key tiles, 4 per head at S=512; a 2-deep K/V ring (the most that fits at D=128
+        #   beside two Q tiles and the O tile). 64-key tiles with a 4-deep ring lost (bench/NOTES.md).
+        # m192n128w16s2: 3 consumer warpgroups (setmaxnreg 32/160: head dim 64 only): faster at D=64 without
+        #   the causal mask, slower with it (bench/NOTES.md, wgmma section 6); the dispatch table picks per shape.
+        configs=(_cfg(128, 128, 12, 2), _cfg(192, 128, 16, 2, head_dims=(64,))),
         description="FlashAttention-3 design for sm_90a: a TMA producer warp, K/V ring on mbarriers, "
         "two consumer warpgroups on wgmma (Q.K^T from shared memory, P.V with P in registers), "
         "setmaxnreg 24/240, exp2 softmax overlapped with the previous tile's P.V",
@@ -251,4 +263,5 @@ def kernel_grid(include_canaries: bool = False):
         for cfg in v.configs:
             for dtype in v.dtypes:
                 for d in v.head_dims:
-                    yield v, cfg, dtype, d
+                    if cfg.serves(d):
+                        yield v, cfg, dtype, d

@@ -1,5 +1,4 @@
-// wgmma: compile-time shape of one instantiation, the build switches still under measurement, and the
-// shared-memory layout of a CTA.
+// wgmma: compile-time shape of one instantiation and the shared-memory layout of a CTA.
 #pragma once
 
 #include <cstddef>
@@ -14,26 +13,6 @@ constexpr int kRowsPerConsumer = 64;  // wgmma M: one consumer warpgroup owns 64
 constexpr int kBoxCols = 64;          // 64 elements of T = 128 bytes: the widest 128B-swizzled TMA box
 constexpr int kBoxRowBytes = 128;
 
-// Build switches under measurement (bench/NOTES.md, "wgmma section 6"): -DEVPACK_WGMMA_<NAME>=value.
-#ifndef EVPACK_WGMMA_RESCALE_SKIP  // 1: a row keeps its running max until a tile raises it by more than
-#define EVPACK_WGMMA_RESCALE_SKIP 0  // 2^8 (scaled, log2 units); O is rescaled only when a warp's max moved
-#endif
-#ifndef EVPACK_WGMMA_MAX_TREE  // 1: the row max of a tile from four short chains of fmaxf, not one long one
-#define EVPACK_WGMMA_MAX_TREE 0
-#endif
-#ifndef EVPACK_WGMMA_EXP2_EMU  // n: n of the BLOCK_N / 8 column groups of a row take 2^x from a polynomial on
-#define EVPACK_WGMMA_EXP2_EMU 0  // the FMA pipe instead of the SFU's ex2
-#endif
-#ifndef EVPACK_WGMMA_STAGES_D64  // K/V ring depth at head_dim 64 (0: the config's STAGES)
-#define EVPACK_WGMMA_STAGES_D64 0
-#endif
-#ifndef EVPACK_WGMMA_D64_M192  // 1: at head_dim 64, 192-row work items on three consumer warpgroups
-#define EVPACK_WGMMA_D64_M192 0  // (setmaxnreg 32 / 160), whatever the config's BLOCK_M and WARPS say
-#endif
-static_assert((EVPACK_WGMMA_RESCALE_SKIP == 0 || EVPACK_WGMMA_RESCALE_SKIP == 1) &&
-                  (EVPACK_WGMMA_MAX_TREE == 0 || EVPACK_WGMMA_MAX_TREE == 1) && EVPACK_WGMMA_EXP2_EMU >= 0 &&
-                  EVPACK_WGMMA_STAGES_D64 >= 0 && (EVPACK_WGMMA_D64_M192 == 0 || EVPACK_WGMMA_D64_M192 == 1),
-              "wgmma: EVPACK_WGMMA_* switches out of range");
 
 // The four TMA descriptors of one launch and its causal work order (TileScheduler), passed by value as a
 // __grid_constant__ kernel parameter.
@@ -44,8 +23,7 @@ struct TmaMaps {
 
 template <class Cfg, int kHeadDim>
 struct Shape {
-  static constexpr bool kM192 = kHeadDim == 64 && EVPACK_WGMMA_D64_M192;
-  static constexpr int kBlockM = kM192 ? 192 : Cfg::kBlockM;
+  static constexpr int kBlockM = Cfg::kBlockM;
   static constexpr int kBlockN = Cfg::kBlockN;
   static constexpr int kConsumers = kBlockM / kRowsPerConsumer;
   static constexpr int kThreads = 128 * (kConsumers + 1);
@@ -61,15 +39,15 @@ struct Shape {
   static constexpr int kQBoxBytes = kBlockM * kBoxRowBytes;  // one 64-column box of a Q (or O) tile
   static constexpr int kKVBoxBytes = kBlockN * kBoxRowBytes; // one 64-column box of a K or V tile
   static constexpr int kMaxSmem = 227 * 1024;                // sm_90 opt-in limit per block
-  static constexpr int kStages = (kHeadDim == 64 && EVPACK_WGMMA_STAGES_D64 > 0) ? EVPACK_WGMMA_STAGES_D64
-                                                                                 : Cfg::kStages;  // K/V ring depth
+  static constexpr int kStages = Cfg::kStages;  // K/V ring depth
   static constexpr int kSmemTiles = 3 * kQBytes /* 2 Q, O */ + 2 * kStages * kKVBytes;
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + kSmemTiles + 1024 /* barriers */;
 
   static_assert(kBlockM % kRowsPerConsumer == 0 && kConsumers >= 1 && kConsumers <= 3,
                 "wgmma: BLOCK_M must be 64, 128 or 192 (one to three consumer warpgroups of 64 rows)");
-  static_assert(kM192 || Cfg::kWarps == 4 * (kConsumers + 1),
-                "wgmma: WARPS must be 4 x (1 producer + BLOCK_M / 64 consumers)");
+  static_assert(Cfg::kWarps == 4 * (kConsumers + 1), "wgmma: WARPS must be 4 x (1 producer + BLOCK_M / 64 consumers)");
+  static_assert(kConsumers < 3 || kHeadDim == 64,
+                "wgmma: three consumer warpgroups (160 registers each) fit head_dim 64 only (registry: head_dims=(64,))");
   static_assert(kBlockN == 64 || kBlockN == 128, "wgmma: BLOCK_N must be 64 or 128 (wgmma N of Q.K^T)");
   static_assert(kHeadDim == 64 || kHeadDim == 128, "wgmma: head_dim must be 64 or 128");
   static_assert(kStages >= 1, "wgmma: STAGES must be at least 1");

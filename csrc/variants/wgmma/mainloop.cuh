@@ -153,7 +153,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
   auto scores_to_p = [&](int n0, int first_row, float(&alpha)[2]) {
     if (n0 + kBlockN > p.seqlen || (p.causal && n0 + kBlockN - 1 > first_row))
       softmax.mask(rS, n0, first_row + 16 * warp + g, t, p.seqlen, p.causal);
-    return softmax.online(rS, alpha);
+    softmax.online(rS, alpha);
   };
 
   for (int tile = sched.first(); sched.valid(tile); tile = sched.next(tile), qs.advance()) {
@@ -192,12 +192,12 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
       hopper::fence_operands(rS);
       k_ring.release(cur, lane);
       if (j == n_tiles - 1) q_ring.release(qs, lane);  // the producer may load a later work item's Q
-      const bool moved = scores_to_p(j * kBlockN, first_row, alpha);
+      scores_to_p(j * kBlockN, first_row, alpha);
       hopper::wgmma_wait<0>();  // P.V_{j-1} done: rO and rP are ours again
       hopper::fence_operands(rO);
       hopper::fence_operands(rP);
       v_ring.release(prev, lane);
-      if (moved) softmax.template rescale<kHeadDim>(rO, alpha);
+      softmax.template rescale<kHeadDim>(rO, alpha);
       mma.convert(rP, rS);
     }
 

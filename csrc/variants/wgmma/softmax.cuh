@@ -22,23 +22,9 @@ __device__ __forceinline__ float exp2_sfu(float x) {  // 2^x on the SFU; ex2.app
   return y;
 }
 
-// 2^x on the FMA pipe: x = j + f with j = round(x), f in [-0.5, 0.5]; 2^f from a degree-3 polynomial
-// (Remez minimax for the relative error on [-0.5, 0.5]: 7.5e-5, under fp16's half ulp of 4.9e-4), then j added
-// to its exponent field. x is clamped to -126 first, so the smallest result is 2^-126 (a masked score gives
-// 2^-126 instead of 0: P rounds it to 0 in fp16, and in bf16 it weighs 1e-38 of a row whose l is >= 1).
-__device__ __forceinline__ float exp2_fma(float x) {
-  constexpr float kRound = 12582912.f;  // 1.5 * 2^23: x + kRound keeps round(x) in its low mantissa bits
-  x = fmaxf(x, -126.f);
-  const float shifted = x + kRound;
-  const float f = x - (shifted - kRound);
-  const float p = fmaf(fmaf(fmaf(0.0551716685f, f, 0.242611125f), f, 0.693260968f), f, 0.999928057f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));  // the shift keeps j << 23
-}
-
 template <int kBlockN>
 struct OnlineSoftmax {
   static constexpr int kGroups = kBlockN / 8;  // column groups a of a tile
-  static constexpr float kKeepMax = 8.f;       // EVPACK_WGMMA_RESCALE_SKIP: growth (log2 units) a row absorbs
   float m[2];                                  // running max of rows g, g + 8 (raw score units)
   float l[2];                                  // this thread's partial row sums
   float scale_log2;
@@ -69,60 +55,30 @@ struct OnlineSoftmax {
 
   // max(m_r, row r's scores of this thread), then over the quad.
   __device__ __forceinline__ float row_max(const float (&rS)[kBlockN / 2], int r) const {
-    float mx;
-    if constexpr (EVPACK_WGMMA_MAX_TREE) {  // four chains of kGroups / 4, then two levels
-      float acc[4];
+    float mx = m[r];
 #pragma unroll
-      for (int a = 0; a < kGroups; ++a) {
-        const float pair = fmaxf(rS[4 * a + 2 * r], rS[4 * a + 2 * r + 1]);
-        acc[a % 4] = a < 4 ? pair : fmaxf(acc[a % 4], pair);
-      }
-      mx = fmaxf(fmaxf(fmaxf(acc[0], m[r]), acc[1]), fmaxf(acc[2], acc[3]));
-    } else {
-      mx = m[r];
-#pragma unroll
-      for (int a = 0; a < kGroups; ++a) mx = fmaxf(mx, fmaxf(rS[4 * a + 2 * r], rS[4 * a + 2 * r + 1]));
-    }
+    for (int a = 0; a < kGroups; ++a) mx = fmaxf(mx, fmaxf(rS[4 * a + 2 * r], rS[4 * a + 2 * r + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
   }
 
-  // rS (scores of one tile) -> P in fp32, in place; alpha: the rescale of the rows' earlier terms. Returns
-  // whether some row of this warp has alpha != 1 (with EVPACK_WGMMA_RESCALE_SKIP; else always true).
-  __device__ __forceinline__ bool online(float (&rS)[kBlockN / 2], float (&alpha)[2]) {
-    bool moved = false;
-    float row_maxes[2];
-    if constexpr (EVPACK_WGMMA_MAX_TREE) {  // both rows' maxes before either row's exps: the two interleave
-      row_maxes[0] = row_max(rS, 0);
-      row_maxes[1] = row_max(rS, 1);
-    }
+  // rS (scores of one tile) -> P in fp32, in place; alpha: the rescale of the rows' earlier terms.
+  __device__ __forceinline__ void online(float (&rS)[kBlockN / 2], float (&alpha)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = EVPACK_WGMMA_MAX_TREE ? row_maxes[r] : row_max(rS, r);
-      bool grow = true;
-      if constexpr (EVPACK_WGMMA_RESCALE_SKIP) {
-        // m = -inf (no key yet): mx - m = +inf, the row takes mx; both -inf: NaN, the row stays at -inf.
-        grow = (mx - m[r]) * scale_log2 > kKeepMax;
-        mx = grow ? mx : m[r];
-        moved |= grow;
-      }
+      const float mx = row_max(rS, r);
       const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;  // fully masked row: P = 0, not NaN
-      alpha[r] = grow ? exp2_sfu(m[r] * scale_log2 - m_scaled) : 1.f;  // m = -inf -> 0
+      alpha[r] = exp2_sfu(m[r] * scale_log2 - m_scaled);               // m = -inf -> 0
       m[r] = mx;
       float sum = 0.f;
 #pragma unroll
       for (int a = 0; a < kGroups; ++a) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float x = fmaf(rS[4 * a + 2 * r + e], scale_log2, -m_scaled);
-          rS[4 * a + 2 * r + e] = a < EVPACK_WGMMA_EXP2_EMU ? exp2_fma(x) : exp2_sfu(x);
-        }
+        rS[4 * a + 2 * r] = exp2_sfu(fmaf(rS[4 * a + 2 * r], scale_log2, -m_scaled));
+        rS[4 * a + 2 * r + 1] = exp2_sfu(fmaf(rS[4 * a + 2 * r + 1], scale_log2, -m_scaled));
         sum += rS[4 * a + 2 * r] + rS[4 * a + 2 * r + 1];
       }
       l[r] = l[r] * alpha[r] + sum;
     }
-    if constexpr (EVPACK_WGMMA_RESCALE_SKIP) return __any_sync(0xffffffffu, moved);
-    return true;
   }
 
   // O *= alpha (rows g, g + 8 of each n8 atom of the accumulator).

@@ -112,6 +112,8 @@ def _lookup(parsed: ParsedSymbol, variants) -> tuple[KernelId | None, str]:
             return None, f"dtype {parsed.dtype} is not registered for variant {v.name!r}"
         if parsed.head_dim not in v.head_dims:
             return None, f"head dim {parsed.head_dim} is not registered for variant {v.name!r}"
+        if not v.config(parsed.config).serves(parsed.head_dim):
+            return None, f"head dim {parsed.head_dim} is not registered for config {parsed.config!r} of {v.name!r}"
         return KernelId(v.name, parsed.config, parsed.dtype, parsed.head_dim, v.kind, v.name in canaries), ""
     return None, f"variant {parsed.variant!r} is not in the registry"
 

@@ -304,9 +304,9 @@ def _probe(runner, suite, stream) -> dict:
     shape = suite.canonical
     kernels = []
     for var in runner.variants:
-        if shape.dtype not in var.dtypes or shape.D not in var.head_dims:
+        if shape.dtype not in var.dtypes:
             continue
-        for cfg in var.configs:
+        for cfg in var.configs_for(shape.D):
             def fn(q, k, v, _name=var.name, _cfg=cfg.name):
                 return runner.op(q, k, v, causal=shape.causal, variant=_name, config=_cfg)
             kernels.append((sm.OURS, var.name, cfg.name, fn))

@@ -243,7 +243,7 @@ def shortcut_problems(stage_dir: Path, rows_by_variant: dict[str, list[CaseRow]]
         rows = [as_view(CaseRow, r) for r in rows]
         checked = {(r.case, r.config) for r in rows if r.set == "shortcut"}
         want = [(c.case, cfg.name) for c in map(CaseRow.from_json, cases) if c.dtype in var.dtypes
-                and c.D in var.head_dims for cfg in var.configs]
+                for cfg in var.configs_for(c.D)]
         missing = [w for w in want if w not in checked]
         if missing:
             problems.append(f"{name}: {len(missing)}/{len(want)} shortcut cases not checked (first {missing[0]})")

@@ -202,10 +202,10 @@ class ShapeRunner:
         shape, out = ss.shape, []
         for variant in self.variants:
             for cfg in variant.configs:
-                if shape.dtype not in variant.dtypes or shape.D not in variant.head_dims:
+                if shape.dtype not in variant.dtypes or cfg not in variant.configs_for(shape.D):
                     self._not_run(OURS, variant.name, cfg.name, ss, "unsupported",
-                                  f"variant {variant.name} is built for dtypes {variant.dtypes}, head dims "
-                                  f"{variant.head_dims}", False)
+                                  f"variant {variant.name} config {cfg.name} is built for dtypes {variant.dtypes}, "
+                                  f"head dims {tuple(d for d in variant.head_dims if cfg.serves(d))}", False)
                     continue
 
                 def fn(q, k, v, _name=variant.name, _cfg=cfg.name):
