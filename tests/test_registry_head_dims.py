@@ -86,3 +86,40 @@ def test_the_compiler_refuses_three_warpgroups_at_head_dim_128(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode != 0
     assert "three consumer warpgroups (160 registers each) fit head_dim 64 only" in res.stdout + res.stderr
+
+
+def test_a_config_added_to_the_registry_later_asks_nothing_of_an_older_pack(monkeypatch):
+    """The shortcut set is held to the configs of the pack's own build (build/kernels.json), not today's registry:
+    every committed pack verifies with one more config registered for each variant it built."""
+    import dataclasses
+
+    import reference
+
+    from evpack.verify import verify_pack
+
+    later = tuple(dataclasses.replace(v, configs=v.configs + (registry.TileConfig("m64n32w2s1", 64, 32, 2, 1),))
+                  for v in registry.VARIANTS)
+    monkeypatch.setattr(registry, "VARIANTS", later)
+    assert registry.get("wgmma").configs[-1].name == "m64n32w2s1"
+    packs = [p for p in reference.PACKS if (p / "correctness" / "shortcut_inputs.json").is_file()]
+    assert packs, "no reference pack with a shortcut set"
+    for pack in packs:
+        assert verify_pack(pack) == [], pack.name
+
+
+def test_a_built_config_whose_shortcut_cases_are_gone_is_still_a_problem():
+    """The class the registry-based rule caught stays caught: a config the build made, with its shortcut rows
+    removed, leaves the set unproven."""
+    import reference
+
+    from evpack.jsonio import read_member_json
+    from evpack.stages import correctness
+
+    pack = next(p for p in reference.PACKS if (p / "correctness" / "shortcut_inputs.json").is_file())
+    built = correctness.built_configs(pack)
+    assert built and "m128n128w12s2" in built[("wgmma", "fp16", 64)]
+    rows = {"wgmma": read_member_json(pack / "correctness", "wgmma.json")["rows"]}
+    assert correctness.shortcut_problems(pack / "correctness", rows, built=built) == []
+    dropped = {"wgmma": [r for r in rows["wgmma"] if not (r["set"] == "shortcut" and r["config"] == "m128n128w12s2")]}
+    problems = correctness.shortcut_problems(pack / "correctness", dropped, built=built)
+    assert problems and problems[0].startswith("wgmma: ") and "shortcut cases not checked" in problems[0]

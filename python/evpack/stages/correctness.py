@@ -38,6 +38,7 @@ from ..records.procs import CellRun
 from ..records.required import as_view
 from .base import ERROR, FAIL, PASS, StageContext, StageOutcome, read_json, worst, write_json
 from .canaries import pack_schema
+from .kernel_rows import load_built_kernels
 from .order import declared
 from .procs import Job, oracle_cmd, proc_problem, record_binary, run_jobs, stage_pool, variants_to_run
 
@@ -213,10 +214,28 @@ def least_generator(schema: int) -> int:
     return max([g for s, g in MIN_GENERATOR.items() if s <= schema], default=KNOWN_GENERATORS[0])
 
 
+def built_configs(pack_dir: Path) -> dict[tuple[str, str, int], set[str]] | None:
+    """{(variant, dtype, head_dim): its configs} of build/kernels.json: what the pack's own build made, so a config
+    added to the registry later asks nothing of an older pack. None when kernels.json is unusable (the PTXAS and
+    SASS derivations name that)."""
+    try:
+        kernels, _ = load_built_kernels(pack_dir)
+    except OSError:
+        return None
+    if kernels is None:
+        return None
+    out: dict[tuple[str, str, int], set[str]] = {}
+    for variant, config, dtype, head_dim in kernels:
+        out.setdefault((variant, dtype, head_dim), set()).add(config)
+    return out
+
+
 def shortcut_problems(stage_dir: Path, rows_by_variant: dict[str, list[CaseRow]], *,
-                      schema: int = SCHEMA_VERSION) -> list[str]:
+                      schema: int = SCHEMA_VERSION, built: dict[tuple[str, str, int], set[str]] | None = None
+                      ) -> list[str]:
     """Why the seeded shortcut set is not fully proven (empty when it is): re-derived from the seed with the
-    generator the pack recorded, which must be one the pack's schema allows."""
+    generator the pack recorded, which must be one the pack's schema allows. Every case must be checked on every
+    config `built` (built_configs) holds for its variant, dtype and head dim; without it, on the registry's."""
     try:
         rec = ShortcutFile.from_json(read_json(stage_dir / SHORTCUT_FILE))
         seed, written = rec.seed, rec.cases
@@ -242,8 +261,11 @@ def shortcut_problems(stage_dir: Path, rows_by_variant: dict[str, list[CaseRow]]
             continue
         rows = [as_view(CaseRow, r) for r in rows]
         checked = {(r.case, r.config) for r in rows if r.set == "shortcut"}
-        want = [(c.case, cfg.name) for c in map(CaseRow.from_json, cases) if c.dtype in var.dtypes
-                for cfg in var.configs_for(c.D)]
+        def configs(c: CaseRow, _var=var, _name=name) -> list[str]:
+            if built is not None:
+                return sorted(built.get((_name, c.dtype, c.D), ()))
+            return [cfg.name for cfg in _var.configs_for(c.D)] if c.dtype in _var.dtypes else []
+        want = [(c.case, cfg) for c in map(CaseRow.from_json, cases) for cfg in configs(c)]
         missing = [w for w in want if w not in checked]
         if missing:
             problems.append(f"{name}: {len(missing)}/{len(want)} shortcut cases not checked (first {missing[0]})")
@@ -289,7 +311,7 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
     shortcut = None
     if (stage_dir / SHORTCUT_FILE).exists():  # packs before the shortcut set have no such file
         problems = shortcut_problems(stage_dir, {n: rows for n, rows in all_rows.items() if rows},
-                                     schema=pack_schema(pack_dir))
+                                     schema=pack_schema(pack_dir), built=built_configs(pack_dir))
         shortcut_rows = [r for rows in all_rows.values() for r in rows if r.set == "shortcut"]
         shortcut = ShortcutSummary(ShortcutFile.from_json(read_json(stage_dir / SHORTCUT_FILE)).recorded_seed,
                                    len(shortcut_rows), problems,
