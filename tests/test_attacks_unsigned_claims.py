@@ -70,7 +70,7 @@ def test_the_forger_alone_leaves_a_verifying_pack(quick):
 def test_speedups_against_other_backends_are_derived(quick):
     """Before: summary.json's canonical_speedup_vs (the report's '4.20x flash, 3.50x cudnn') was never compared."""
     data = _summary(quick)
-    assert data["canonical_speedup_vs"]["cudnn"] < 1.0
+    assert data["canonical_speedup_vs"]["cudnn"] < 2.0 and data["canonical_speedup_vs"]["flash"] < 3.0  # not the claim
     data["canonical_speedup_vs"] = dict(data["canonical_speedup_vs"], cudnn=3.5, flash=4.2)
     _write_summary(quick, data)
     forge(quick)
@@ -382,11 +382,12 @@ SERIALISED = ("ptxas info    : (C7518) Potential Performance Loss: wgmma.mma_asy
 
 
 def _a_second_properties_block(text: str) -> str:
-    """The kernel spills; a second `Function properties` block for it says it does not."""
-    assert text.count(NO_SPILL) == 1
-    text = text.replace(NO_SPILL, "    512 bytes stack frame, 256 bytes spill stores, 256 bytes spill loads\n")
-    return text.replace("ptxas info    : Compile time",
-                        f"ptxas info    : Function properties for {WGMMA_SYMBOL}\n{NO_SPILL}ptxas info    : Compile time")
+    """The kernel spills; a second `Function properties` block for it says it does not (the log may hold other
+    kernels' blocks: wgmma's other configs)."""
+    block = f"ptxas info    : Function properties for {WGMMA_SYMBOL}\n"
+    assert text.count(block + NO_SPILL) == 1
+    spilled = block + "    512 bytes stack frame, 256 bytes spill stores, 256 bytes spill loads\n"
+    return text.replace(block + NO_SPILL, spilled + block + NO_SPILL)
 
 
 def _an_advisory_after_the_last_entry(text: str) -> str:

@@ -51,7 +51,7 @@ def test_choices_agree_with_the_pack_benchmark():
     summary = read_member_json(pack / "bench", "summary.json")
     ours = [r for r in summary["leaderboard"] if r["impl"] == "evpack"]
     canonical = next(c for c in table["devices"][0]["choices"]
-                     if (c["dtype"], c["head_dim"], c["causal"], c["size"]) == ("fp16", 64, False, "large"))
+                     if (c["dtype"], c["head_dim"], c["causal"], c["size"], c["seq"]) == ("fp16", 64, False, "large", "long"))
     assert (canonical["variant"], canonical["config"]) == (ours[0]["variant"], ours[0]["config"])
     rows = {(r["variant"], r["config"], r["shape"]): r for r in summary["rows"]
             if r["impl"] == "evpack" and r["mode"] == summary["primary_mode"]}
@@ -61,33 +61,44 @@ def test_choices_agree_with_the_pack_benchmark():
             assert r["status"] == "ok" and r["max_abs_err"] <= r["err_bound"]
 
 
-def _entry(table: dict, dtype: str, head_dim: int, causal: bool, size: str) -> tuple[str, str]:
+def _entry(table: dict, dtype: str, head_dim: int, causal: bool, size: str, seq: str = "long") -> tuple[str, str]:
     c = next(c for c in table["devices"][0]["choices"]
-             if (c["dtype"], c["head_dim"], c["causal"], c["size"]) == (dtype, head_dim, causal, size))
+             if (c["dtype"], c["head_dim"], c["causal"], c["size"], c["seq"]) == (dtype, head_dim, causal, size, seq))
     return c["variant"], c["config"]
 
 
 def test_pick_by_device_and_shape_class():
     table = _committed()
     pick = dispatch.pick
-    assert pick(table, **H200, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16)[:2] == \
+    assert pick(table, **H200, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16, seqlen=512)[:2] == \
         _entry(table, "fp16", 64, False, "large")
     # same capability, another name: the capability's row
     h100 = dict(H200, device_name="NVIDIA H100 80GB HBM3")
-    assert pick(table, **h100, dtype="fp16", head_dim=128, causal=False, batch=16, heads=16)[:2] == \
+    assert pick(table, **h100, dtype="fp16", head_dim=128, causal=False, batch=16, heads=16, seqlen=512)[:2] == \
         _entry(table, "fp16", 128, False, "large")
     # no row for this device, or for this class (bf16 small: the pack has no such shape): the registry default
     a100 = dict(H200, device_name="NVIDIA A100", capability="8.0", sm_count=108)
     default = dispatch.fallback()
     assert default == ("wmma", "m64n64w4s1")
-    assert pick(table, **a100, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16)[:2] == default
-    variant, config, why = pick(table, **H200, dtype="bf16", head_dim=64, causal=False, batch=2, heads=8)
+    assert pick(table, **a100, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16, seqlen=512)[:2] == default
+    variant, config, why = pick(table, **H200, dtype="bf16", head_dim=64, causal=False, batch=2, heads=8, seqlen=512)
     assert (variant, config) == default and why.startswith("registry default")
-    assert pick(None, **H200, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16)[:2] == default
+    assert pick(None, **H200, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16, seqlen=512)[:2] == default
 
 
 def test_size_class_boundary_is_the_sm_count():
     assert dispatch.size_class(1, 131, 132) == "small" and dispatch.size_class(2, 66, 132) == "large"
+
+
+def test_short_sequences_are_a_class_of_their_own():
+    """A tall query tile is mostly padding at S <= 256: the short shapes choose apart from the long ones."""
+    assert dispatch.seq_class(dispatch.SHORT_SEQ) == "short" and dispatch.seq_class(dispatch.SHORT_SEQ + 1) == "long"
+    table = _committed()
+    classes = {(c["dtype"], c["head_dim"], c["causal"], c["size"], c["seq"]) for c in table["devices"][0]["choices"]}
+    assert ("fp16", 64, False, "large", "short") in classes and ("fp16", 64, False, "large", "long") in classes
+    for seqlen, seq in ((128, "short"), (512, "long")):
+        assert dispatch.pick(table, **H200, dtype="fp16", head_dim=64, causal=False, batch=64, heads=16,
+                             seqlen=seqlen)[:2] == _entry(table, "fp16", 64, False, "large", seq)
 
 
 def test_a_choice_naming_an_unknown_kernel_falls_back():
@@ -95,7 +106,7 @@ def test_a_choice_naming_an_unknown_kernel_falls_back():
     bad = json.loads(json.dumps(table))
     for c in bad["devices"][0]["choices"]:
         c["variant"] = "retired_variant"
-    assert dispatch.pick(bad, **H200, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16)[:2] == \
+    assert dispatch.pick(bad, **H200, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16, seqlen=512)[:2] == \
         dispatch.fallback()
 
 
@@ -135,8 +146,8 @@ def test_explicit_variant_wins_and_config_alone_is_refused():
 def test_choice_is_a_constant_under_torch_compile(monkeypatch):
     monkeypatch.setattr(api, "_device", lambda index: ("NVIDIA H200", "9.0", 132))
     table = _committed()
-    assert api._choice(0, "fp16", 64, True, 16, 16) == _entry(table, "fp16", 64, True, "large")
-    fn = torch.compile(lambda x: x + len(api._choice(0, "fp16", 128, False, 16, 16)[1]), fullgraph=True)
+    assert api._choice(0, "fp16", 64, True, 16, 16, 512) == _entry(table, "fp16", 64, True, "large")
+    fn = torch.compile(lambda x: x + len(api._choice(0, "fp16", 128, False, 16, 16, 512)[1]), fullgraph=True)
     assert fn(torch.zeros(2)).tolist() == [len(_entry(table, "fp16", 128, False, "large")[1])] * 2
 
 
@@ -150,6 +161,6 @@ def test_default_follows_a_regenerated_table(tmp_path, monkeypatch):
     monkeypatch.setattr(api, "_device", lambda index: ("NVIDIA H200", "9.0", 132))
     api._table.cache_clear()
     try:
-        assert api._choice(0, "fp16", 64, False, 16, 16) == ("mma", "m128n64w8s2")
+        assert api._choice(0, "fp16", 64, False, 16, 16, 512) == ("mma", "m128n64w8s2")
     finally:
         api._table.cache_clear()

@@ -302,10 +302,10 @@ def test_python_api_doc_says_what_the_dispatch_table_says():
     rows = set()
     for line in region.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 8 and cells[0] in registry.DTYPES:
-            variant, config = cells[4].strip("`").split()
-            rows.add((cells[0], int(cells[1]), cells[2] == "yes", cells[3], variant, config))
-    want = {(c["dtype"], c["head_dim"], c["causal"], c["size"], c["variant"], c["config"])
+        if len(cells) == 9 and cells[0] in registry.DTYPES:
+            variant, config = cells[5].strip("`").split()
+            rows.add((cells[0], int(cells[1]), cells[2] == "yes", cells[3], cells[4], variant, config))
+    want = {(c["dtype"], c["head_dim"], c["causal"], c["size"], c["seq"], c["variant"], c["config"])
             for d in table["devices"] for c in d["choices"]}
     assert rows == want
     assert table["source_pack"] in region

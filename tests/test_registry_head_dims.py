@@ -66,9 +66,9 @@ def test_a_table_choice_of_the_config_for_another_head_dim_falls_back():
     for c in bad["devices"][0]["choices"]:
         c["variant"], c["config"] = "wgmma", NARROW.name
     h200 = {"device_name": bad["devices"][0]["name"], "capability": bad["devices"][0]["capability"], "sm_count": 132}
-    assert dispatch.pick(bad, **h200, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16)[:2] == \
+    assert dispatch.pick(bad, **h200, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16, seqlen=512)[:2] == \
         ("wgmma", NARROW.name)
-    assert dispatch.pick(bad, **h200, dtype="fp16", head_dim=128, causal=False, batch=16, heads=16)[:2] == \
+    assert dispatch.pick(bad, **h200, dtype="fp16", head_dim=128, causal=False, batch=16, heads=16, seqlen=512)[:2] == \
         dispatch.fallback()
 
 

@@ -14,7 +14,7 @@ from evpack.jsonio import read_member_json, write_member_json
 from evpack.packfs import member
 from evpack.reporting import RENDERER_PINS
 from evpack.reporting.blocks import LONG_TABLE_ROWS, Details, Md, from_markdown, to_markdown
-from evpack.reporting.comment_md import COMMENT_MAX_CHARS, ci_links, fit, render_comment
+from evpack.reporting.comment_md import COMMENT_MAX_CHARS, MAX_LIST, ci_links, fit, render_comment
 from evpack.reporting.common import MARKER
 from evpack.reporting.report_html import markdown_to_html
 from evpack.reporting.report_md import render_md
@@ -114,8 +114,10 @@ def test_comment_starts_with_the_ab_decision_and_names_the_unsure_rows():
     assert c.splitlines()[1] == f"# ✅ **evidence:complete** · no regression against {base}: {tally}"
     unsure = sorted((e for e in ab["rows"] if e["verdict"] == "UNSURE"), key=lambda e: e["key"])
     named = [ln for ln in c.splitlines() if ln.startswith("- `")]
-    assert len(named) == len(unsure) == n["UNSURE"]
-    for line, e in zip(named, unsure, strict=True):
+    assert len(unsure) == n["UNSURE"] and len(named) == min(n["UNSURE"], MAX_LIST)
+    more = [ln for ln in c.splitlines() if ln.startswith("- … and ")]
+    assert more == ([f"- … and {n['UNSURE'] - MAX_LIST} more (report.md lists them)"] if n["UNSURE"] > MAX_LIST else [])
+    for line, e in zip(named, unsure[:MAX_LIST], strict=True):
         assert line.startswith(f"- `{e['variant']}/{e['config']}` {e['shape']} {e['mode']}: time ")
     new = f"; {len(ab['new'])} new rows not compared." if ab["new"] else ""
     _order(c, f"Timed in the same run on the same GPU{new}", f"**UNSURE** ({n['UNSURE']})",

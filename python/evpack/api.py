@@ -114,10 +114,12 @@ def _device(index: int) -> tuple[str, str, int]:
 # Under torch.compile the choice is made once, at trace time, and becomes a constant of the graph (it
 # reads a file and asks the driver: nothing to trace).
 @torch._dynamo.assume_constant_result
-def _choice(device_index: int, dtype: str, head_dim: int, causal: bool, batch: int, heads: int) -> tuple[str, str]:
+def _choice(device_index: int, dtype: str, head_dim: int, causal: bool, batch: int, heads: int,
+            seqlen: int) -> tuple[str, str]:
     name, capability, sm_count = _device(device_index)
     variant, config, _ = dispatch.pick(_table(), device_name=name, capability=capability, sm_count=sm_count,
-                                       dtype=dtype, head_dim=head_dim, causal=causal, batch=batch, heads=heads)
+                                       dtype=dtype, head_dim=head_dim, causal=causal, batch=batch, heads=heads,
+                                       seqlen=seqlen)
     return variant, config
 
 
@@ -127,7 +129,8 @@ def default_kernel(q, *, causal: bool) -> tuple[str, str]:
     if not (isinstance(q, torch.Tensor) and q.dim() == 4 and q.device.type == "cuda" and q.dtype in DTYPE_NAMES):
         return dispatch.fallback()  # check_inputs then says what is wrong with q
     index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    return _choice(index, DTYPE_NAMES[q.dtype], int(q.shape[-1]), bool(causal), int(q.shape[0]), int(q.shape[1]))
+    return _choice(index, DTYPE_NAMES[q.dtype], int(q.shape[-1]), bool(causal), int(q.shape[0]), int(q.shape[1]),
+                   int(q.shape[2]))
 
 
 def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None, variant: str | None = None,

@@ -5,8 +5,10 @@ from python/evpack/dispatch_table.json, which `generate_table(pack_dir)` derives
 reference pack's benchmark (bench/summary.json, bench/run.json, pack.json) and never from a hand-typed
 choice; the table names its source pack. Standard library only: no torch, no GPU.
 
-Shape class: (dtype, head dim, causal, size), size "small" when batch * heads is below the device's SM
-count (fewer (batch, head) pairs than SMs: small tiles fill the machine better) and "large" otherwise.
+Shape class: (dtype, head dim, causal, size, seq), size "small" when batch * heads is below the device's SM
+count (fewer (batch, head) pairs than SMs: small tiles fill the machine better) and "large" otherwise; seq
+"short" up to SHORT_SEQ keys, where a tall query tile is mostly padding (a 192-row tile holds S=128 in a third
+of its rows wasted), and "long" above.
 For each class present in the pack, the candidates are the pack's own kernel rows (impl `evpack`, the
 benchmark's primary mode) that ran `ok` with an output error within the row's bound, on every shape of
 the class; the winner has the smallest geometric mean of the median times over those shapes. Only a
@@ -27,7 +29,8 @@ from .records.dispatch import DeviceEntry, DispatchTable
 from .records.pack import PackJson
 from .records.view import view
 
-TABLE_SCHEMA_VERSION = 1
+TABLE_SCHEMA_VERSION = 2  # 2: the shape class has a sequence bucket (seq); a table of 1 is not read
+SHORT_SEQ = 256
 TABLE_PATH = Path(__file__).with_name("dispatch_table.json")
 SOURCE_LABEL = "evidence:complete"
 SIZES = ("small", "large")
@@ -43,17 +46,23 @@ class ShapeClass:
     head_dim: int
     causal: bool
     size: str  # "small" / "large"
+    seq: str  # "short" / "long"
 
     def key(self) -> str:
-        return f"{self.dtype}/d{self.head_dim}/{'causal' if self.causal else 'full'}/{self.size}"
+        return f"{self.dtype}/d{self.head_dim}/{'causal' if self.causal else 'full'}/{self.size}/{self.seq}"
 
 
 def size_class(batch: int, heads: int, sm_count: int) -> str:
     return "small" if batch * heads < sm_count else "large"
 
 
-def shape_class(*, dtype: str, head_dim: int, causal: bool, batch: int, heads: int, sm_count: int) -> ShapeClass:
-    return ShapeClass(dtype, int(head_dim), bool(causal), size_class(batch, heads, sm_count))
+def seq_class(seqlen: int) -> str:
+    return "short" if seqlen <= SHORT_SEQ else "long"
+
+
+def shape_class(*, dtype: str, head_dim: int, causal: bool, batch: int, heads: int, seqlen: int,
+                sm_count: int) -> ShapeClass:
+    return ShapeClass(dtype, int(head_dim), bool(causal), size_class(batch, heads, sm_count), seq_class(seqlen))
 
 
 # ---- generation ----------------------------------------------------------------------------------
@@ -95,7 +104,7 @@ def _generate(pack_dir: Path) -> dict:
     rows = [r for r in summary.rows if r.impl == "evpack" and r.mode == mode]
     by_class: dict[ShapeClass, dict[str, dict[tuple[str, str], float]]] = {}
     for r in rows:
-        sc = shape_class(dtype=r.dtype, head_dim=r.D, causal=r.causal, batch=r.B, heads=r.H,
+        sc = shape_class(dtype=r.dtype, head_dim=r.D, causal=r.causal, batch=r.B, heads=r.H, seqlen=r.S,
                          sm_count=device.sm_count)
         cell = by_class.setdefault(sc, {}).setdefault(r.shape, {})
         if r.status == "ok" and r.median_us and r.within_bound:
@@ -108,7 +117,7 @@ def _generate(pack_dir: Path) -> dict:
             continue
         scored = sorted((math.exp(sum(math.log(shapes[s][vc]) for s in shapes) / len(shapes)), vc) for vc in common)
         (best_us, (variant, config)), runner = scored[0], scored[1] if len(scored) > 1 else None
-        choices.append({"dtype": sc.dtype, "head_dim": sc.head_dim, "causal": sc.causal, "size": sc.size,
+        choices.append({"dtype": sc.dtype, "head_dim": sc.head_dim, "causal": sc.causal, "size": sc.size, "seq": sc.seq,
                         "variant": variant, "config": config, "geomean_us": round(best_us, 3),
                         "runner_up": (None if runner is None else
                                       {"variant": runner[1][0], "config": runner[1][1],
@@ -123,7 +132,7 @@ def _generate(pack_dir: Path) -> dict:
         "mode": mode,
         "rule": "per shape class, the evpack (variant, config) with the smallest geometric mean of median "
                 "times over the class's shapes, among those that ran ok within their error bound on all of them; "
-                "size 'small' when batch*heads < the device's SM count",
+                f"size 'small' when batch*heads < the device's SM count; seq 'short' when S <= {SHORT_SEQ}",
         "devices": [{"name": device.name, "capability": str(device.capability),
                      "sm_count": int(device.sm_count), "choices": choices}],
     }
@@ -165,16 +174,17 @@ def _device_entry(table: DispatchTable, name: str | None, capability: str) -> De
 
 
 def pick(table: dict | None, *, device_name: str | None, capability: str, sm_count: int, dtype: str,
-         head_dim: int, causal: bool, batch: int, heads: int) -> tuple[str, str, str]:
+         head_dim: int, causal: bool, batch: int, heads: int, seqlen: int) -> tuple[str, str, str]:
     """(variant, config, why). The table's choice for this device (same capability, the same name first) and
     shape class, if it names a registered variant and config that support the dtype and head dim; else the
     registry's first tensor variant."""
     tbl = view(DispatchTable, table)
     entry = _device_entry(tbl, device_name, capability) if table else None
     if entry is not None:
-        sc = shape_class(dtype=dtype, head_dim=head_dim, causal=causal, batch=batch, heads=heads, sm_count=sm_count)
+        sc = shape_class(dtype=dtype, head_dim=head_dim, causal=causal, batch=batch, heads=heads, seqlen=seqlen,
+                         sm_count=sm_count)
         for c in entry.choices:
-            if c.shape_class != (sc.dtype, sc.head_dim, sc.causal, sc.size):
+            if c.shape_class != (sc.dtype, sc.head_dim, sc.causal, sc.size, sc.seq):
                 continue
             try:
                 var = registry.get(c.variant)

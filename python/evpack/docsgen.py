@@ -360,9 +360,9 @@ def gen_dispatch(ctx: Ctx) -> str:
         for c in dev.choices:
             ru = c.runner_up
             runner = f"{code(ru.variant + ' ' + ru.config)} {ru.geomean_us} µs" if ru.raw else "none"
-            rows.append((text(c.dtype), str(c.head_dim), "yes" if c.causal else "no", text(c.size),
+            rows.append((text(c.dtype), str(c.head_dim), "yes" if c.causal else "no", text(c.size), text(c.seq),
                          code(f"{c.variant} {c.config}"), f"{c.geomean_us} µs", runner, str(len(c.shapes or []))))
-        out.append(table(("dtype", "head dim", "causal", "size", "default kernel", "geomean", "runner-up",
+        out.append(table(("dtype", "head dim", "causal", "size", "seq", "default kernel", "geomean", "runner-up",
                           "shapes measured"), rows))
         out.append("")
     out.append(fallback)

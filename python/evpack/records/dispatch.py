@@ -26,6 +26,7 @@ class Choice(View):
     head_dim: Any
     causal: Any
     size: Any
+    seq: Any
     variant: Any
     config: Any
     geomean_us: Any
@@ -36,7 +37,7 @@ class Choice(View):
 
     @property
     def shape_class(self) -> tuple:
-        return self.dtype, self.head_dim, self.causal, self.size
+        return self.dtype, self.head_dim, self.causal, self.size, self.seq
 
     @property
     def kernel(self) -> tuple:
