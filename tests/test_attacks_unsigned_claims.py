@@ -605,3 +605,48 @@ def test_the_compare_rule_a_pack_records_cannot_be_swapped(tmp_path, needs_ssh_k
     run_path.write_text(json.dumps({**run, "compare_rule": 99}, indent=2) + "\n")
     forge(pack, claims=True)
     _bench_refuses(pack, "unknown compare rule 99")
+
+
+def _cut_blocks(log: str, marker: str) -> str:
+    """A PTXAS log without the entries (from `Compiling entry function` to its `Compile time`) of kernels whose
+    symbol holds `marker`."""
+    out, cutting = [], False
+    for line in log.splitlines(keepends=True):
+        if line.startswith("ptxas info    : Compiling entry function"):
+            cutting = marker in line
+        if not cutting:
+            out.append(line)
+        elif line.startswith("ptxas info    : Compile time"):
+            cutting = False
+    return "".join(out)
+
+
+@reference.needs("DEFAULT")
+def test_a_config_cut_from_the_build_record_its_ptxas_logs_and_its_oracle_rows_is_still_seen(quick):
+    """The attack, with only a copy of a pack: one wgmma config is cut out of build/kernels.json, out of the raw
+    PTXAS logs and out of the correctness rows (say its cases failed), and the claims are re-derived. Before the SASS
+    stage held the dump to kernels.json both ways this verified as evidence:complete: the shortcut rule asks for
+    the configs of the pack's own build (so a config added to the registry later asks nothing of an older pack),
+    and nothing else tied kernels.json to the binary. The binary's SASS dump still holds the config's kernels."""
+    built = json.loads((quick / "build" / "kernels.json").read_text())
+    configs = sorted({r["config"] for r in built if r["variant"] == "wgmma"})
+    assert len(configs) >= 2, "the attack needs a variant the pack built in two configs"
+    cut = configs[-1]
+    (quick / "build" / "kernels.json").write_text(
+        json.dumps([r for r in built if not (r["variant"] == "wgmma" and r["config"] == cut)], indent=2) + "\n")
+    marker = f"cfg_{cut}E"
+    logs = [p for p in (quick / "build" / "ptxas").glob("*wgmma*.log") if marker in p.read_text()]
+    assert logs
+    for log in logs:
+        log.write_text(_cut_blocks(log.read_text(), marker))
+        assert marker not in log.read_text()
+    def drop(rows: list) -> None:
+        rows[:] = [r for r in rows if r["config"] != cut]
+    _rewrite_rows(packfs.member(quick / "correctness", "wgmma.json"), drop)
+    forge(quick, claims=True)
+    sass, labels = _derived(quick, "sass")
+    assert sass["status"] == ERROR, sass["reason"]
+    assert f"wgmma/{cut}/" in sass["reason"] and "SASS but not in build/kernels.json" in sass["reason"]
+    assert "evidence:complete" not in labels, labels
+    # the other stages alone would have passed it: PTXAS and correctness as the forger left them
+    assert _derived(quick, "ptxas")[0]["status"] == "pass" and _derived(quick, "correctness")[0]["status"] == "pass"

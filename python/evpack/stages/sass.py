@@ -321,6 +321,11 @@ def evaluate(pack_dir: Path, stage_dir: Path) -> tuple[StageOutcome, list[dict],
         mod_archs: dict[str, set] = {}
         for r in rows_of(rows + off_target):
             mod_archs.setdefault(r.module, set()).add(r.arch)
+            # and the other way round: a registry kernel the binary holds is one the build says it made (as the
+            # PTXAS rows are held to kernels.json), so kernels.json cannot drop a kernel the later stages are then
+            # not asked for
+            if r.variant and r.kernel not in built:
+                problems.append(f"{r.short} is in the {r.module} SASS but not in build/kernels.json")
         for key, k in built.items():
             module = BuiltKernel.from_json(k).extension
             if module not in dumped:
