@@ -50,9 +50,8 @@ def main() -> int:
     var = registry.get(args.variant, include_canaries=True)
     ext = _extension(var.name)
     calls = 0
-    served = [d for d in var.head_dims if var.config(args.config).serves(d)]
     for dtype in var.dtypes:
-        for d in served:
+        for d in var.head_dims_for(var.config(args.config)):
             for s in SEQS:
                 for causal in (False, True):
                     q, k, v = host_qkv(1, 2, s, d, dtype, seed=s + d)

@@ -41,9 +41,7 @@ def planned_calls(name: str) -> tuple[list[dict], list[tuple]]:
     b, h, s = CANONICAL["B"], CANONICAL["H"], CANONICAL["S"]
     for cfg in var.configs:
         for dtype in var.dtypes:
-            for d in var.head_dims:
-                if not cfg.serves(d):
-                    continue
+            for d in var.head_dims_for(cfg):
                 for causal in (False, True):
                     inputs.append(make_qkv(b, h, s, d, dtype, seed=d))
                     calls.append(dict(variant=var.name, kind=var.kind, config=cfg.name, dtype=dtype, D=d, B=b, H=h,

@@ -54,9 +54,9 @@ def check_inputs(q, k, v, *, scale=None, variant: str = "wmma", config: str | No
         raise ValueError(f"q: head dim D={d} is not supported (supported: {', '.join(map(str, registry.HEAD_DIMS))})")
     if DTYPE_NAMES[q.dtype] not in var.dtypes or d not in var.head_dims:
         raise ValueError(f"variant: {var.name!r} is built for dtypes {var.dtypes} and head dims {var.head_dims}")
-    if not var.config(cfg).serves(d):
-        raise ValueError(f"config: {var.name}/{cfg} is built for head dims "
-                         f"{tuple(x for x in var.head_dims if var.config(cfg).serves(x))}, not D={d}")
+    served = var.head_dims_for(var.config(cfg))
+    if d not in served:
+        raise ValueError(f"config: {var.name}/{cfg} is built for head dims {served}, not D={d}")
     if q.numel() == 0:
         raise ValueError(f"q: zero-size tensor of shape {tuple(q.shape)}: B, H and S must all be >= 1")
     for name, t in named:

@@ -165,7 +165,7 @@ def load_table(path: Path | None = None) -> dict | None:
 def fallback() -> tuple[str, str]:
     """The registry's first tensor variant and its first config (one that serves every head dim of it)."""
     var = next(v for v in registry.VARIANTS if v.kind == "tensor")
-    return var.name, next(c for c in var.configs if all(c.serves(d) for d in var.head_dims)).name
+    return var.name, next(c for c in var.configs if var.head_dims_for(c) == var.head_dims).name
 
 
 def _device_entry(table: DispatchTable, name: str | None, capability: str) -> DeviceEntry | None:

@@ -91,6 +91,10 @@ class Variant:
         """Whether `arch` (as ptxas/cuobjdump name it: "sm_90a") is one this variant is built for."""
         return not self.archs or arch.removeprefix("sm_") in self.archs
 
+    def head_dims_for(self, cfg: TileConfig) -> tuple[int, ...]:
+        """The head dims `cfg` is built at (the variant's, less those the config does not serve)."""
+        return tuple(d for d in self.head_dims if cfg.serves(d))
+
     def configs_for(self, head_dim: int) -> tuple[TileConfig, ...]:
         """The configs built at this head dim (none if the variant is not built for it)."""
         return tuple(c for c in self.configs if c.serves(head_dim)) if head_dim in self.head_dims else ()
@@ -262,6 +266,5 @@ def kernel_grid(include_canaries: bool = False):
     for v in variants(include_canaries):
         for cfg in v.configs:
             for dtype in v.dtypes:
-                for d in v.head_dims:
-                    if cfg.serves(d):
-                        yield v, cfg, dtype, d
+                for d in v.head_dims_for(cfg):
+                    yield v, cfg, dtype, d

@@ -38,6 +38,7 @@ not verify; 2 bad input (not a pack, no bench data), with a one-line error on st
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -150,11 +151,8 @@ def sdpa_shifts(rows_a: Sequence[Row], rows_b: Sequence[Row]) -> dict[tuple, flo
 
 
 def _median_shift(shifts: dict[tuple, float], exclude: tuple | None = None) -> float:
-    xs = sorted(v for k, v in shifts.items() if k != exclude)
-    if not xs:
-        return 0.0
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+    xs = [v for k, v in shifts.items() if k != exclude]
+    return statistics.median(xs) if xs else 0.0
 
 
 def _shape_max_shift(shifts: dict[tuple, float], key: tuple) -> float:

@@ -205,7 +205,7 @@ class ShapeRunner:
                 if shape.dtype not in variant.dtypes or cfg not in variant.configs_for(shape.D):
                     self._not_run(OURS, variant.name, cfg.name, ss, "unsupported",
                                   f"variant {variant.name} config {cfg.name} is built for dtypes {variant.dtypes}, "
-                                  f"head dims {tuple(d for d in variant.head_dims if cfg.serves(d))}", False)
+                                  f"head dims {variant.head_dims_for(cfg)}", False)
                     continue
 
                 def fn(q, k, v, _name=variant.name, _cfg=cfg.name):
