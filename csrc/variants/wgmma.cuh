@@ -48,7 +48,9 @@ __global__ void __launch_bounds__(Shape<Cfg, kHeadDim>::kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   const SharedStorage<S> sm(smem_raw);
   const Scheduler<S> sched(p, tma.head_major);
-  const int warpgroup = threadIdx.x / 128;
+  // Broadcast from lane 0, so the compiler knows it is warp-uniform (the branches on it stay uniform; the ring
+  // positions stay in uniform registers).
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
 
   if (threadIdx.x == 0) {
     Ring<2>{sm.q_full, sm.q_empty}.init(S::kConsumerWarps);
