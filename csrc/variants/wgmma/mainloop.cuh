@@ -131,33 +131,6 @@ struct Turns {
   }
 };
 
-// A warpgroup whose rows of an item all lie past seqlen (the last item of a head, where BLOCK_M does not divide
-// S: 64 of 192 rows at S = 512) issues no wgmma and no exp, so the others have the tensor cores and the exp
-// unit to themselves. It still keeps its place in the rings and the turns: it takes the n_tiles + 1 turns of
-// an item and, at each, releases the buffers a working warpgroup releases there, each only once it has
-// landed (an arrival before the landing would count towards the slot's previous use).
-template <int kStages, int kConsumers>
-__device__ __forceinline__ void idle_item(const Ring<2>& q_ring, const Ring<kStages>& k_ring,
-                                          const Ring<kStages>& v_ring, PipelineState<2> qs,
-                                          PipelineState<kStages>& kv, int n_tiles, const Turns<kConsumers>& turn,
-                                          int lane) {
-  q_ring.wait(qs);
-  for (int j = 0; j <= n_tiles; ++j) {
-    if (j < n_tiles) {
-      k_ring.wait(kv.at(j));
-      k_ring.release(kv.at(j), lane);
-    }
-    if (j > 0) {
-      v_ring.wait(kv.at(j - 1));
-      v_ring.release(kv.at(j - 1), lane);
-    }
-    turn.wait();
-    turn.pass();
-  }
-  q_ring.release(qs, lane);
-  kv.advance(n_tiles);
-}
-
 template <class S, class T, int kHeadDim>
 __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps& tma, const SharedStorage<S>& sm,
                                               const Scheduler<S>& sched, int consumer) {
@@ -187,12 +160,6 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
     const TileCoord c = sched.coord(tile);
     const int first_row = c.m_block * S::kBlockM + consumer * kRowsPerConsumer;  // this warpgroup's first row
     const int n_tiles = sched.kv_tiles(c.m_block);
-#ifndef EVPACK_WGMMA_COMPUTE_IDLE  // measurement switch (bench/NOTES.md, wgmma section 7)
-    if (first_row >= p.seqlen) {  // every row of this warpgroup lies past seqlen: nothing to compute or store
-      idle_item(q_ring, k_ring, v_ring, qs, kv, n_tiles, turn, lane);
-      continue;
-    }
-#endif
     const int q = qs.slot();
     float alpha[2];
 
