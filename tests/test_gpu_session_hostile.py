@@ -32,6 +32,8 @@ HOST = "gpu.example"
 VERBS = ("init", "sync", "run", "status", "follow", "fetch", "idle-guard", "stop", "start", "cost")
 EXIT_REFUSED_HOST = 7  # the host's answer is not safe to use
 EXIT_PACK_EXISTS = 8  # a local pack of that id exists: fetch never replaces one
+# The stand-in host runs rsync for real: without it these tests say so and skip (.ci/run installs it).
+needs_rsync = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (.ci/run installs it)")
 
 STANDIN = r'''#!{python}
 """Stand-in for ssh: logs its argv, then runs the command here in the fake host's home (its
@@ -327,6 +329,7 @@ def test_fetch_refuses_symlinked_latest_outside_packs(world):
 
 
 # ------------------------------------------------------------------ fetch: content
+@needs_rsync
 @pytest.mark.parametrize("kind", ["file_link", "dir_link", "latest_link_inside", "fifo"])
 def test_fetch_refuses_links_and_special_files(world, kind):
     pack = world.host_pack()
@@ -347,6 +350,7 @@ def test_fetch_refuses_links_and_special_files(world, kind):
     assert "refused" in r.stderr and ("link" in r.stderr or "special" in r.stderr), r.stderr
 
 
+@needs_rsync
 def test_fetch_verifies_before_replacing_anything(world):
     """Good pack A here; the host's B fails verify: A, `latest` and the folder stay as they were."""
     good = world.host_pack()
@@ -389,6 +393,7 @@ def test_verify_runs_local_code_only(world):
 
 
 # ------------------------------------------------------------------ ssh argv
+@needs_rsync
 def test_ssh_gets_double_dash_before_the_host(world):
     world.host_pack()
     assert world.gs("status").returncode == 0
@@ -519,6 +524,7 @@ def test_init_checks_the_hosts_create_answer(world):
     assert not sf.exists()
 
 
+@needs_rsync
 def test_rsync_guard_holds_when_the_marker_check_lies(world):
     """The host says the folder is this session's (the `own` check), but the marker there is
     another session's: the guard in rsync's own remote command refuses, nothing is deleted."""
