@@ -379,6 +379,9 @@ def _extensions_and_cmdclass():
 def main() -> None:
     ext_modules, cmdclass = [], {}
     if BUILD_COMMANDS.intersection(sys.argv[1:]):
+        refused = _load("buildguard").refusal(ROOT)  # build outputs tracked by git would be reused
+        if refused:
+            raise SystemExit(f"evpack {refused}")
         ext_modules, cmdclass = _extensions_and_cmdclass()
     setup(
         name="evpack",

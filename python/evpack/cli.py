@@ -265,12 +265,17 @@ def _baseline(args, selected):
 
 
 def check_build_environment(environ) -> None:
-    """The build's environment variables (setup.py reads them), checked before any stage runs: a bad one is
-    one line and exit 2 with nothing written, not a failed pack."""
+    """The build's environment variables (setup.py reads them) and the checkout (no build output tracked by
+    git: buildguard.py), checked before any stage runs: a bad one is one line and exit 2 with nothing
+    written, not a failed pack."""
     from . import registry
     from .buildgen import parse_archs
+    from .buildguard import refusal
     from .buildtools import BuildToolError, choose_compiler_cache
 
+    refused = refusal(REPO)
+    if refused:
+        raise PackError(refused)
     if environ.get("EVPACK_CUDA_ARCHS", "").strip():
         try:
             parse_archs(environ["EVPACK_CUDA_ARCHS"])

@@ -16,7 +16,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # pure parsers of tool output (text in, dataclasses out)
     ("parsers", ("parsers",)),
     # the toolchain, the build and the torch op (the only room of the lower layers that imports torch)
-    ("build and op", ("tools", "toolchain", "toolcache", "buildgen", "buildtools", "dispatch", "op", "api",
+    ("build and op", ("tools", "toolchain", "toolcache", "buildgen", "buildtools", "buildguard", "dispatch", "op",
+                      "api",
                       "evpack", "triton_pin", "triton_aot", "triton_cpp", "envlock")),
     # measuring: the timing harness, SDPA baselines, statistics, the A/B (torch at call time)
     ("timing", ("timing",)),

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from ..binary import find_built, sha256_file
 from ..buildgen import DEFAULT_ARCHS  # setup.py's default, one definition
+from ..buildguard import refusal
 from ..errors import PackError
 from ..jsonio import write_text
 
@@ -189,11 +190,16 @@ def build(worktree: Path, out_dir: Path, *, archs: str, timeout_s: int = BUILD_T
         log.write(f"# {' '.join(cmd)}  (in {worktree})\n# EVPACK_CUDA_ARCHS={archs} EVPACK_NVCC_FLAGS="
                   f"{env.get('EVPACK_NVCC_FLAGS', '')} EVPACK_CANARIES=0\n")
         log.flush()
-        try:
-            rc, error = _wait(subprocess.Popen(cmd, cwd=worktree, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                               start_new_session=True), timeout_s, cancel)
-        except OSError as exc:
-            error = f"base build could not start: {exc}"
+        refused = refusal(worktree)  # REF's tracked build outputs would be reused as built here (buildguard.py)
+        if refused:
+            log.write(f"{refused}\n")
+            error = f"base {refused}"
+        else:
+            try:
+                rc, error = _wait(subprocess.Popen(cmd, cwd=worktree, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                                   start_new_session=True), timeout_s, cancel)
+            except OSError as exc:
+                error = f"base build could not start: {exc}"
     so = find_built(worktree) if rc == 0 else None
     if rc not in (0, None):
         error = f"base build exited {rc}: {_error_line(out_dir / LOG_FILE)}"
