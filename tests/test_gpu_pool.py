@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -103,7 +104,13 @@ def test_without_a_pool_nothing_is_pinned(tmp_path):
 
 def test_cli_refuses_a_gpu_that_is_not_there(tmp_path):
     """On a machine without nvidia-smi (CI) any --gpus is refused before a stage runs, with exit 2."""
-    env_path = "/nonexistent"  # no nvidia-smi on PATH
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed: the checkout's build guard refuses first (buildguard.py)")
+    bin_dir = tmp_path / "bin"  # git alone, for the build guard's check of the checkout: no nvidia-smi on PATH
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(git)
+    env_path = str(bin_dir)
     out = subprocess.run([sys.executable, "-m", "evpack", "evidence", "--gpus", "0,1", "--packs-dir",
                           str(tmp_path / "packs")], capture_output=True, text=True, cwd=REPO,
                          env={"PATH": env_path, "HOME": str(tmp_path)})

@@ -139,13 +139,17 @@ def _light(command: str, args: list, allowed: set, *roles: str):
 ])
 def test_the_light_commands_run_with_torch_unimportable(tmp_path, command, args, allowed):
     """Each light session's command, end to end in a fresh interpreter where torch, numpy, pandas and
-    matplotlib raise on import: it succeeds, and loads no third-party module but its extras' own."""
+    matplotlib raise on import: it runs to its result, and loads no third-party module but its extras' own.
+    compare's result is a verdict on two packs of different commits and sessions: exit 0, or exit 1 with its
+    REGRESSION line (its documented status for a row of ours slower beyond noise), never a traceback."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
            "PYTHONPATH": f"{_poison(tmp_path / 'poison')}:{REPO / 'python'}"}
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
     out = subprocess.run([sys.executable, "-c", _RUN, command, *argv], capture_output=True, text=True, env=env,
                          cwd=tmp_path, timeout=600)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    verdict = command == "compare" and out.returncode == 1 and "REGRESSION: " in out.stderr
+    assert out.returncode == 0 or verdict, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
     (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("THIRD-PARTY ")]
     assert set(json.loads(line.split(" ", 1)[1])) <= allowed, line
 
