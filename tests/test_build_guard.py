@@ -128,3 +128,21 @@ def test_a_checkout_git_cannot_list_is_refused(tmp_path, monkeypatch):
     plain = tmp_path / "archive"
     plain.mkdir()
     assert buildguard.refusal(plain) is None  # no .git: a source archive tracks nothing
+
+
+@pytest.mark.parametrize("how", ["symlink", "gitlink"])
+def test_build_as_a_link_or_a_submodule_is_seen(tmp_path, how):
+    """build/ itself tracked as a symbolic link to a folder of ready objects, or as a submodule entry."""
+    repo = _checkout(tmp_path)
+    if how == "symlink":
+        ready = tmp_path / "ready" / "temp"
+        ready.mkdir(parents=True)
+        (ready / "x.o").write_bytes(b"not compiled here")
+        (repo / "build").symlink_to(ready.parent)
+        _git(repo, "add", "-f", "build")
+    else:
+        head = _git(repo, "rev-parse", "HEAD").stdout.strip()
+        _git(repo, "update-index", "--add", "--cacheinfo", f"160000,{head},build")
+    _git(repo, "commit", "-qm", f"build as a {how}")
+    assert buildguard.tracked_outputs(repo) == ["build"]
+    assert buildguard.refusal(repo).startswith("build refused: git tracks 1 build output")
