@@ -62,6 +62,16 @@ def _code_inline(self, tokens, idx, options, env) -> str:
     return type(self).code_inline(self, tokens, idx, options, env)
 
 
+_COMMA = re.compile(r",(?=\S)")
+
+
+def _text(self, tokens, idx, options, env) -> str:
+    """Plain text, escaped first; then a break opportunity after each comma inside a word."""
+    from markdown_it.common.utils import escapeHtml  # noqa: PLC0415
+
+    return _COMMA.sub(",<wbr>", escapeHtml(tokens[idx].content))
+
+
 def _wrapped(open_: bool):
     def render(self, tokens, idx, options, env) -> str:
         tag = self.renderToken(tokens, idx, options, env)
@@ -77,6 +87,7 @@ def _markdown():
     md.disable(list(OFF_RULES))
     md.core.ruler.push("cell_classes", _cell_classes)
     md.add_render_rule("code_inline", _code_inline)
+    md.add_render_rule("text", _text)
     md.add_render_rule("table_open", _wrapped(True))
     md.add_render_rule("table_close", _wrapped(False))
     return md
