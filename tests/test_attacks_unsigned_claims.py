@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import lzma
+import re
 import shutil
 
 import pytest
@@ -492,6 +493,45 @@ def test_a_tensor_call_is_judged_by_the_registry_and_its_shape_not_its_manifest(
 
     out = tensor_proof.derive(t, quick)
     assert out.status == ERROR and "wgmma: call wgmma/" in out.reason and needle in out.reason, out.reason
+    labels = json.loads((quick / "pack.json").read_text())["labels"]
+    assert _problems(quick) or "tensor-cores-verified" not in labels, labels
+
+
+def _non_causal_called_causal(calls: list[dict]) -> None:
+    """What a lying tensor target writes when it proves the causal path with a non-causal launch: each
+    non-causal call says causal, with the FLOPs (required and tile-padded) a causal call of its shape must do."""
+    from evpack.parsers.ncu import required_flops, tile_padded_flops
+
+    for c in calls:
+        if not c["causal"]:
+            m, n = (int(x) for x in re.fullmatch(r"m(\d+)n(\d+)w\d+s\d+", c["config"]).groups())
+            c["causal"] = True
+            c["required_flops"] = required_flops(c["B"], c["H"], c["S"], c["D"], True)
+            c["tile_padded_flops"] = tile_padded_flops(c["B"], c["H"], c["S"], c["D"], True, m, n)
+
+
+@reference.needs("DEFAULT")
+@pytest.mark.parametrize("variant", ["wgmma", "mma"])
+def test_a_call_that_ran_more_work_than_its_claimed_causality_allows_fails(quick, variant):
+    """Before: the executed tensor FLOPs had only a floor (>= 95% of the call's matrix FLOPs). A target that labels
+    its non-causal launches causal (a causal path that is never profiled, or a scalar one) passed with a coverage
+    of 200%: the counters cannot see the causal flag. The launch's tensor FLOPs may now be at most 1.10x the
+    tile-padded FLOPs of the shape and causality the call names; a whole square read as a causal call is >= 1.6x.
+    (A launch that does only part of its work on tensor cores and says causal is not caught by this bound.)"""
+    t = quick / "tensor_proof"
+    _unbatch(t)
+    mf = t / f"{variant}.manifest.json"
+    manifest = json.loads(mf.read_text())
+    _non_causal_called_causal(manifest["calls"])
+    mf.write_text(json.dumps(manifest, indent=2) + "\n")
+    forge(quick, claims=True)
+    from evpack.stages import tensor_proof
+
+    out = tensor_proof.derive(t, quick)
+    assert out.status == "fail" and f"{variant}/" in out.reason and "the launch did other work than the call " \
+        "says" in out.reason, out.reason
+    over = [r for r in out.data["calls"] if r["variant"] == variant and not r["passed"]]
+    assert over and all(r["coverage"] >= 1.9 for r in over), over  # the floor alone would pass every one
     labels = json.loads((quick / "pack.json").read_text())["labels"]
     assert _problems(quick) or "tensor-cores-verified" not in labels, labels
 

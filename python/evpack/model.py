@@ -133,7 +133,8 @@ STAGE_GATES: dict[str, tuple[str, str]] = {
     "ptxas_resources": ("ptxas", "0 spills / 0 stack (or declared budget), smem within arch limit"),
     "sass_tensor_proof": ("sass", "tensor kernels contain HMMA/HGMMA accumulating in F32 and no LDL/STL; "
                                   "scalar kernels none"),
-    "executed_tensor_work": ("tensor_proof", "executed tensor-core FLOPs cover >= 95% of the matrix FLOPs"),
+    "executed_tensor_work": ("tensor_proof", "executed tensor-core FLOPs cover >= 95% of the matrix FLOPs, at most "
+                                             "1.10x the tile-padded ones"),
     "sanitizer_clean": ("sanitize", "memcheck, racecheck, initcheck, synccheck report 0"),
     "correctness": ("correctness", "every shape within the flash-attention error bound"),
     "stability": ("stability", "1000 launches bitwise identical, also under graph replay; the captured graph "

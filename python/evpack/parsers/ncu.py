@@ -35,6 +35,10 @@ HFMA2_INST = "sm__inst_executed_pipe_tensor_op_hmma_type_hfma2.sum"
 GMMA_INST = "sm__inst_executed_pipe_tensor_op_gmma.sum"
 METRICS = TENSOR_OPS_METRICS + (HMMA_INST, HFMA2_INST, GMMA_INST) + GENERIC_TENSOR_OPS_METRICS
 COVERAGE_MIN = 0.95
+# The other side: a tensor call's executed tensor FLOPs are at most this multiple of the tile-padded FLOPs of the
+# shape and causality its manifest names. A call that says causal but ran the whole square reads >= 1.6x at the
+# canonical shape, one that says D=64 but ran D=128 2x; the kernels so far read <= 1.0x.
+PADDED_MAX = 1.10
 # The kernel torch.cuda._sleep launches (ATen's at::cuda::spin_kernel): tensor_target's marker
 # before each call in the profiled range.
 MARKER_KERNEL = "spin_kernel"

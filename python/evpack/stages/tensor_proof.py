@@ -1,6 +1,7 @@
 """Stage `tensor_proof`: executed tensor-core work, counted by Nsight Compute on one canonical call
-per kernel. Tensor kernels must cover >= 95% of the matrix FLOPs the call must do; scalar kernels
-must execute no tensor math; the decoy canary (HMMA in SASS, math on CUDA cores) must fail.
+per kernel. Tensor kernels must cover >= 95% of the matrix FLOPs the call must do, and execute at most 1.10x
+the tile-padded FLOPs of the shape and causality the call names; scalar kernels must execute no tensor math;
+the decoy canary (HMMA in SASS, math on CUDA cores) must fail.
 
 Since the foreign-work check, ncu profiles every kernel in the target's profiled range (no name
 filter; a marker kernel before each call, ncu.split_at_markers): a kernel during our op that is not
@@ -24,6 +25,7 @@ from ..packfs import plain_name, read_member, write_stored
 from ..parsers.ncu import (
     COVERAGE_MIN,
     METRICS,
+    PADDED_MAX,
     parse_ncu_csv,
     required_flops,
     split_at_markers,
@@ -256,7 +258,8 @@ def _row(call: dict, ours: list, foreign: list) -> dict:
     if foreign:
         row.update(foreign_kernels=[km.kernel[:160] for km in foreign],
                    foreign_tensor_flops=sum(km.tensor_flops for km in foreign))
-    passed = coverage >= COVERAGE_MIN if c.kind == "tensor" else flops == 0 and math_inst == 0
+    passed = (COVERAGE_MIN <= coverage and flops <= PADDED_MAX * c.tile_padded_flops if c.kind == "tensor"
+              else flops == 0 and math_inst == 0)
     row.update(passed=passed and bool(ours) and not foreign)
     return row
 
@@ -297,7 +300,7 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         if bad:
             r = bad[0]
             reasons.append(f"{name}/{r.config} {r.dtype} D={r.D} causal={r.causal}: tensor FLOPs cover "
-                           f"{r.coverage:.1%} of {r.required_flops:.3g}" + _foreign_note(r))
+                           f"{r.coverage:.1%} of {r.required_flops:.3g}" + _over_note(r) + _foreign_note(r))
         table += [{k: r[k] for k in TABLE_FIELDS} for r in rows]
     canaries = [_decoy_canary(stage_dir, CANARY)]
     canaries += [_decoy_canary(stage_dir, name) for name in LANGUAGE_DECOYS if name in procs]
@@ -343,6 +346,15 @@ def _foreign_note(row: CallRow) -> str:
     return "".join(f"; {n}" for n in notes)
 
 
+def _over_note(r) -> str:
+    """Why a covered tensor call fails: it executed more than its claimed shape's tile-padded FLOPs allow."""
+    padded = r.required_flops * (1.0 + r.padding_overhead)
+    if r.kind != "tensor" or r.executed_tensor_flops <= PADDED_MAX * padded:
+        return ""
+    return (f"; executed {r.executed_tensor_flops / padded:.2f}x the tile-padded FLOPs of the shape and causality "
+            f"the call names (at most {PADDED_MAX:.2f}x): the launch did other work than the call says")
+
+
 def _foreign_canary(stage_dir: Path) -> dict:
     problem, stored = _rows(stage_dir, FOREIGN_CANARY)
     rows = call_rows(stored)
@@ -361,7 +373,8 @@ def report_md(stage_dir: Path, outcome: StageOutcome) -> str:
         return ""
     lines = [f"Nsight Compute (`--clock-control none`), canonical call B=2 H=8 S=512 per kernel. Tensor FLOPs = "
              f"sum of `sm__ops_path_tensor_op_*` counters (HFMA2.MMA moves excluded). Gate: coverage >= "
-             f"{COVERAGE_MIN:.0%} for tensor kernels, 0 for scalar.", "",
+             f"{COVERAGE_MIN:.0%} for tensor kernels, at most {PADDED_MAX:.2f}x their tile-padded FLOPs; 0 for "
+             f"scalar.", "",
              "| variant | config | dtype | D | causal | required FLOPs | executed tensor FLOPs | coverage | "
              "tile padding | pass |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in calls:
