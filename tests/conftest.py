@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# A committer identity for the test repositories (a CI machine's git may have none).
+GIT_AS_TESTER = ("git", "-c", "user.name=t", "-c", "user.email=t@example.org")
 TESTS = REPO / "tests"
 FAKE = "fakestages"  # the stand-in stage package (tests/fakestages), passed as a parameter
 # CLI commands that take the stand-in stage package (hidden option --stage-package)

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import GIT_AS_TESTER
 
 from evpack import buildguard, cli
 from evpack.errors import PackError
@@ -27,7 +28,7 @@ PLANTED = "build/temp.linux-x86_64-cpython-312/_C/build/generated/_C/wgmma_fp16_
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "-C", str(repo), *args],
+    return subprocess.run([*GIT_AS_TESTER, "-C", str(repo), *args],
                           check=True, capture_output=True, text=True, timeout=60)
 
 

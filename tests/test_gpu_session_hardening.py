@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import GIT_AS_TESTER, REPO
 from ssh_helpers import LOOPBACK, SshServer, known_hosts_line, missing, start_sshd, stop_sshd
 
 PACK_ID = "20250101T000000Z-0123456789ab"
@@ -205,7 +205,7 @@ def test_sync_sends_no_git_credentials(tmp_path, sshd):
     """A token in a remote URL and an http extraheader (what actions/checkout persists) stay here;
     the host still reads the commit the pack records."""
     s = Session(tmp_path, sshd)
-    git = ["git", "-C", str(s.co), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    git = [*GIT_AS_TESTER, "-C", str(s.co)]
     for argv in (["init", "-q"], ["add", "scripts"], ["commit", "-q", "-m", "checkout"],
                  ["remote", "add", "origin", f"https://x-access-token:{TOKEN}@github.com/o/r.git"],
                  ["config", "http.https://github.com/.extraheader", f"AUTHORIZATION: basic {HEADER}"]):

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import GIT_AS_TESTER  # noqa: E402
 from ssh_helpers import LOOPBACK, SshServer, free_port, start_sshd, stop_sshd  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,7 +107,7 @@ def world(tmp_path, sshd: SshServer):
     (co / "build").mkdir()
     (co / "build" / "junk.o").write_text("build output, never synced")
     (co / "kernel.so").write_text("not synced either")
-    git = ["git", "-C", str(co), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    git = [*GIT_AS_TESTER, "-C", str(co)]
     subprocess.run(["git", "init", "-q", str(co)], check=True, timeout=20)
     subprocess.run([*git, "add", "scripts", "fake_evidence.sh", ".gitignore"], check=True, timeout=20)
     subprocess.run([*git, "commit", "-q", "-m", "fake checkout"], check=True, timeout=20)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import reference
-from conftest import REPO, copy_pack, fake_pack, run_cli
+from conftest import GIT_AS_TESTER, REPO, copy_pack, fake_pack, run_cli
 from ssh_helpers import missing
 from test_signing import allowed, keygen
 
@@ -285,7 +285,7 @@ def test_members_folder_holds_exactly_the_members(verdict, env, tmp_path):
 def _other_commit_repo(tmp_path: Path) -> Path:
     repo = tmp_path / "other-repo"
     repo.mkdir()
-    git = ["git", "-c", "user.email=t@example.org", "-c", "user.name=t"]
+    git = list(GIT_AS_TESTER)
     subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
     (repo / "kernel.cu").write_text("// another commit\n")
     subprocess.run([*git, "add", "kernel.cu"], cwd=repo, check=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import reference
-from conftest import FAKE, REPO, copy_pack, fake_pack, run_cli, verify_fake
+from conftest import FAKE, GIT_AS_TESTER, REPO, copy_pack, fake_pack, run_cli, verify_fake
 
 from evpack.pack import write_index
 from evpack.provenance.attest import SigningFailed, collect_run_facts, tree_digest, write_provenance
@@ -341,7 +341,7 @@ def test_tree_digest_is_the_documented_shell_pipeline():
 def test_tree_digest_sees_working_tree_edits(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
-    git = ["git", "-c", "user.email=t@example.org", "-c", "user.name=t"]
+    git = list(GIT_AS_TESTER)
     subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
     (repo / "a.txt").write_text("one\n")
     subprocess.run([*git, "add", "a.txt"], cwd=repo, check=True)
