@@ -4,8 +4,10 @@ Each GPU stage derives its outcome from the cells its procs.json lists; nothing 
 cell is missing. Without this check a pack whose failing variant's cells were removed (procs.json entry,
 logs, results) verified as if that variant had never been built. The variants a stage must cover are those
 of build/kernels.json (what the pack's own build made, so a variant added to the registry later asks nothing
-of an older pack) that the run selected (pack.json options.variants; none given: all). Cells an incremental
-run carried are in procs.json too (marked carried_from), so they count. Canaries have their own rule (the
+of an older pack) that the run selected (pack.json options.variants; none given: all), and every shipped
+variant the benchmark timed whatever the selection says (a variant in the results has its evidence: a
+selection edited to leave it out, or one that names no shipped variant, excuses nothing). Cells an
+incremental run carried are in procs.json too (marked carried_from), so they count. Canaries have their own rule (the
 canaries stage). A stage folder without procs.json (packs of schema 1) is not asked.
 """
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from .jsonio import read_json
 from .model import FAIL, PASS, StageOutcome
 from .stages.kernel_rows import load_built_kernels
+from .timing.summary import OURS, read_summary
 
 # stage -> how a cell name names its variant (sanitize cells are TOOL.VARIANT.CONFIG)
 CELL_VARIANT = {
@@ -36,7 +39,18 @@ def shipped_variants(pack_dir: Path, options: object) -> set[str] | None:
         return None
     built = {variant for variant, *_ in kernels if not str(variant).startswith("canary")}
     want = options.get("variants") if isinstance(options, dict) else None
-    return {v for v in built if not want or v in want}
+    return {v for v in built if not want or v in want or v in timed_variants(pack_dir)}
+
+
+def timed_variants(pack_dir: Path) -> set[str]:
+    """The variants of our rows in the benchmark's results (bench/summary.json; none when it is absent or
+    unreadable, which the bench stage's derivation names)."""
+    try:
+        rows = read_summary(pack_dir / "bench").get("rows")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return set()
+    return {str(r.get("variant")) for r in rows if isinstance(r, dict) and r.get("impl") == OURS} \
+        if isinstance(rows, list) else set()
 
 
 def coverage_problems(pack_dir: Path, options: object, outcomes: dict[str, StageOutcome]) -> list[str]:
@@ -54,6 +68,7 @@ def coverage_problems(pack_dir: Path, options: object, outcomes: dict[str, Stage
         except (OSError, ValueError):
             continue  # an unreadable procs.json is named by the stage's derivation
         covered = {named(str(c)) for c in cells} if isinstance(cells, dict) else set()
-        problems += [f"stage {stage}: no cell of variant {v}, which the build shipped and the run selected"
+        problems += [f"stage {stage}: no cell of variant {v}, which the build shipped and the run selected or "
+                     f"the benchmark timed"
                      for v in sorted(variants - covered)]
     return problems

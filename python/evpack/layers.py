@@ -24,7 +24,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the stages: run(ctx) writes raw files, derive(stage_dir, pack_dir) reads them back
     ("stages", ("stages",)),
     # deciding and checking: outcomes, gates, labels, the pack record, provenance, verify
-    ("verify", ("derivation", "gates", "labels", "pack", "provenance", "incremental", "coverage", "verify")),
+    ("verify", ("derivation", "gates", "labels", "pack", "provenance", "incremental", "coverage", "crosscheck",
+                "verify")),
     # views of a pack: report.md, report.html, comment.md, the history of packs
     ("reporting", ("reporting", "history")),
     # running a pack end to end, and merging packs of several GPUs

@@ -10,6 +10,10 @@ What is compared (the pack format is a public API, so prose never is):
   both `<stage>/outcome.json` and `pack.json`;
 - each gate's status, the label and the finer labels against what the re-derived gates give;
 - the gates a pack of its schema version must hold, and the files each stage that ran must hold;
+- pack.json's facts that another record of the pack holds too (crosscheck.py): every stage folder listed,
+  the run options as the benchmark recorded them, the commit, dirty flag and GPU as env.json, the pack id
+  and bench/run.json give them; every shipped variant the run selected or the benchmark timed has its
+  cells in every GPU stage (coverage.py);
 - for a pack that carried cells from earlier packs (pack.json `incremental`), the chain: each source pack
   found and verified, every carried file and key equal to the source's (incremental/chain.py).
 Reasons, report.md, report.html and comment.md are views: covered by the hashes, re-rendered on
@@ -27,6 +31,7 @@ from pathlib import Path
 
 from .binary import sha256_file
 from .coverage import coverage_problems
+from .crosscheck import identity_problems, option_problems, unlisted_stage_folders
 from .derivation import LOG_FILE, RUNNER_FILE, content_digest, decision_view, derive_all, view_differences
 from .incremental.chain import check_incremental
 from .jsonio import read_json
@@ -292,6 +297,8 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
     missing_gates = [g for g in sp.required_gates if g not in pj.gates]
     if missing_gates:
         problems.append(f"pack.json lacks gates every schema-{sp.version} pack holds: {', '.join(missing_gates)}")
+    problems += unlisted_stage_folders(listing.files, stage_names_of(pj))
+    problems += option_problems(pack_dir, pj.options) + identity_problems(pack_dir, pj)
     unsafe_names = record_name_problems(pack_dir, listing.files, stage_names_of(pj))
     if unsafe_names:
         return problems + unsafe_names

@@ -4,9 +4,10 @@ Every pack value goes into Markdown through evpack.markdown (text, code): see th
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..gates import derive_gates
 from ..jsonio import read_json
 from ..labels import carried_note
 from ..markdown import code, short, table, text
@@ -44,13 +45,24 @@ class PackView:
 def load_view(pack_dir: Path, outcomes: dict[str, StageOutcome] | None = None) -> PackView:
     """The pack's records and stage outcomes: `outcomes` when given (`report`: those verify derived from the raw
     files, so nothing a stored outcome.json adds or leaves out reaches a view), else as the pack holds them
-    (outcome.json: the evidence run writes the reports right after deriving them)."""
+    (outcome.json: the evidence run writes the reports right after deriving them). With `outcomes`, the stage and
+    gate reasons shown are theirs too: pack.json's reasons are prose that verify never compares."""
     pj = read_pack_view(read_json(pack_dir / "pack.json"))
     env = read_json(pack_dir / "env.json")
     if outcomes is None:
         outcomes = {s: StageOutcome.from_json(read_json(pack_dir / s / "outcome.json")) for s in STAGE_ORDER
                     if s in pj.stages}
+    else:
+        pj = derived_reasons(pj, outcomes, pack_dir)
     return PackView(pack_dir, pj, env, {s: outcomes[s] for s in STAGE_ORDER if s in outcomes and s in pj.stages})
+
+
+def derived_reasons(pj: PackRecord, outcomes: dict[str, StageOutcome], pack_dir: Path) -> PackRecord:
+    """pack.json's record with each stage's and gate's reason as the derived outcomes give it."""
+    gates = derive_gates(outcomes, pack_dir)
+    stages = {s: replace(e, reason=outcomes[s].reason) if s in outcomes else e for s, e in pj.stages.items()}
+    return replace(pj, stages=stages,
+                   gates={g: replace(e, reason=gates[g].reason) if g in gates else e for g, e in pj.gates.items()})
 
 
 def status_word(status: object) -> str:

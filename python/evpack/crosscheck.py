@@ -1,0 +1,81 @@
+"""pack.json's facts against the other records of the pack that hold the same fact.
+
+A stage's outcome is re-derived from its raw files; some facts of pack.json are not a stage's outcome but are
+written a second time, by another writer, elsewhere in the pack. Each pair must agree, and a stage's folder
+must be one pack.json lists:
+  - a folder holding a stage's files (a stage name, or an outcome.json) that pack.json does not list is
+    a stage whose outcome nobody reads: dropping a failing stage from pack.json made its gate `skipped`;
+  - the run options the benchmark recorded (bench/run.json `options`) are the options pack.json gives:
+    `variants` decides which variants the GPU stages must cover (coverage.py), `suite` which shapes ran;
+  - the GPU the benchmark ran on (bench/run.json `device.name`) is the one pack.json's summary and env.json
+    name, and env.json's commit and dirty flag are pack.json's `git`;
+  - the pack id, made from the commit (pack.new_pack_id: `<UTC time>-<commit[:12] or nogit>[-dirty][-N]`),
+    names pack.json's commit and dirty flag.
+What holds none of the pair (a pack whose benchmark did not run, an env.json without a field) is not asked.
+Every pack ever committed to the project agrees on all of these. Standard library only.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .jsonio import read_json, read_member_json
+from .records.pack import ABSENT, PackJson, present
+from .stages.order import STAGE_ORDER
+
+PACK_ID = re.compile(r"\d{8}T\d{6}Z-(?P<sha>[0-9a-f]{12}|nogit)(?P<dirty>-dirty)?(?:-\d{1,3})?")
+
+
+def unlisted_stage_folders(files: frozenset[str], listed: list[str]) -> list[str]:
+    """Top-level folders that hold a stage's files but are not a stage pack.json lists."""
+    folders = {f.split("/", 1)[0] for f in files if "/" in f}
+    staged = {d for d in folders if d in STAGE_ORDER or f"{d}/outcome.json" in files}
+    return [f"folder {d}/ holds the files of a stage that pack.json does not list (its outcome would go unread)"
+            for d in sorted(staged - set(listed))]
+
+
+def _record(pack_dir: Path, folder: str, name: str) -> dict | None:
+    try:
+        data = read_member_json(pack_dir / folder, name) if folder else read_json(pack_dir / name)
+    except (OSError, ValueError, RecursionError):
+        return None  # absent or unreadable: the stage's derivation (or the index) names it
+    return data if isinstance(data, dict) else None
+
+
+def _differs(what: str, said: object, other: str, says: object) -> str:
+    return f"{what}: pack.json says {said!r} but {other} says {says!r}"
+
+
+def option_problems(pack_dir: Path, options: object) -> list[str]:
+    run = _record(pack_dir, "bench", "run.json")
+    recorded = run.get("options") if run else None
+    if not isinstance(recorded, dict):
+        return []
+    given = options if isinstance(options, dict) else {}
+    return [_differs(f"options.{k}", given.get(k), "bench/run.json, the benchmark's own record", v)
+            for k, v in recorded.items() if given.get(k) != v]
+
+
+def identity_problems(pack_dir: Path, pj: PackJson) -> list[str]:
+    problems = []
+    commit, dirty = present(pj.git.commit), present(pj.git.dirty)
+    m = PACK_ID.fullmatch(str(present(pj.pack_id)))
+    if m and m["sha"] != (commit or "nogit")[:12]:
+        problems.append(_differs("git.commit", commit, f"the pack id {m[0]}", m["sha"]))
+    if m and bool(m["dirty"]) != bool(dirty):
+        problems.append(_differs("git.dirty", dirty, f"the pack id {m[0]}", bool(m["dirty"])))
+    env = _record(pack_dir, "", "env.json") or {}
+    for key, said in (("git_commit", commit), ("git_dirty", dirty)):
+        if key in env and env[key] != said:
+            problems.append(_differs(f"git ({key})", said, "env.json", env[key]))
+    run = _record(pack_dir, "bench", "run.json")
+    device = run.get("device") if run else None
+    gpu = device.get("name") if isinstance(device, dict) else None
+    if isinstance(gpu, str):
+        summary_gpu = pj.summary.gpu_name
+        if summary_gpu not in (None, ABSENT) and summary_gpu != gpu:
+            problems.append(_differs("summary.gpu_name", summary_gpu, "bench/run.json device.name", gpu))
+        if "gpu_name" in env and env["gpu_name"] != gpu:
+            problems.append(f"env.json gpu_name {env['gpu_name']!r} is not the GPU the benchmark ran on "
+                            f"(bench/run.json device.name {gpu!r})")
+    return problems

@@ -1,0 +1,162 @@
+"""pack.json's facts that another record of the pack also holds (evpack/crosscheck.py, evpack/coverage.py).
+
+Each test is an attack on an unsigned copy of the default reference pack (tests/forger.py: the claims
+re-derived, the index re-written, the signature dropped) that verified before the check it names: the forger
+edits pack.json alone, and every other record still says what the run did.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import reference
+from conftest import copy_pack, run_cli
+from forger import forge
+
+from evpack.verify import verify_all
+
+pytestmark = reference.needs("DEFAULT")
+GPU_STAGES = ("correctness", "sanitize", "stability", "tensor_proof")
+
+
+@pytest.fixture
+def quick(tmp_path):
+    pack = copy_pack(reference.DEFAULT, tmp_path)
+    assert verify_all(pack)[0] == []
+    return pack
+
+
+def _edit_pack_json(pack, edit) -> None:
+    raw = json.loads((pack / "pack.json").read_text())
+    edit(raw)
+    (pack / "pack.json").write_text(json.dumps(raw, indent=2) + "\n")
+
+
+def _edit_json(path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _without_variant(pack, variant: str) -> None:
+    """Every cell of `variant` out of every GPU stage (the tensor proof's batch made one process per cell)."""
+    tp = pack / "tensor_proof"
+    for f in [*tp.glob("ncu-batch*"), tp / "batches.json"]:
+        f.unlink(missing_ok=True)
+    _edit_json(tp / "procs.json", lambda procs: [rec.pop("batch", None) for rec in procs.values()])
+    for stage in GPU_STAGES:
+        procs = json.loads((pack / stage / "procs.json").read_text())
+        for cell in [c for c in procs if c == variant or c.startswith(f"{variant}.") or f".{variant}." in c]:
+            del procs[cell]
+            for f in (pack / stage).glob(f"{cell}.*"):
+                f.unlink()
+        (pack / stage / "procs.json").write_text(json.dumps(procs, indent=2) + "\n")
+
+
+def _problems(pack) -> list[str]:
+    return verify_all(pack)[0]
+
+
+@pytest.mark.parametrize("selection", [["x"], ["scalar", "wmma", "mma", "triton"]], ids=["none-shipped", "others"])
+@pytest.mark.parametrize("also_run_json", [False, True], ids=["pack.json", "pack.json+run.json"])
+def test_a_selection_cannot_excuse_a_timed_variant_from_the_gpu_stages(quick, selection, also_run_json):
+    """Before: coverage asked for the cells of the shipped variants pack.json's options.variants selected, and
+    nothing compared that option with anything. With wgmma's cells gone from every GPU stage and the selection
+    edited to leave it out, the pack verified evidence:complete while its headline was a wgmma kernel. Now
+    the selection must be the one the benchmark recorded, and a variant the benchmark timed must have its
+    cells whatever the selection says (the forger who edits bench/run.json too gains nothing)."""
+    _without_variant(quick, "wgmma")
+    _edit_pack_json(quick, lambda raw: raw["options"].update(variants=selection))
+    if also_run_json:
+        _edit_json(quick / "bench" / "run.json", lambda run: run["options"].update(variants=selection))
+    forge(quick, claims=True)
+    problems = _problems(quick)
+    timed = [p for p in problems if "no cell of variant wgmma" in p and "the benchmark timed" in p]
+    assert {p.split(":")[0] for p in timed} == {f"stage {s}" for s in GPU_STAGES}, problems
+    assert also_run_json or any(p.startswith("options.variants: pack.json says") for p in problems), problems
+
+
+def test_a_stage_left_out_of_pack_json_is_named_by_its_folder(quick):
+    """Before: verify derived the stages pack.json lists and no other. A pack whose racecheck found a race in
+    one of our kernels (evidence:failed) dropped `sanitize` from pack.json: sanitizer_clean became `skipped`
+    ("not selected"), the pack verified evidence:partial, and sanitize/outcome.json inside it still said fail."""
+    s = quick / "sanitize"
+    race = "".join(ln for ln in (s / "racecheck.canary_smem_race.m64n64w2s1.log").read_text().split("Traceback")[0]
+                   .splitlines(True) if ln.startswith("=========") and "COMPUTE-SANITIZER" not in ln)
+    assert "hazard" in race.lower() or "race" in race.lower()
+    cell = next(p.name for p in s.glob("racecheck.wgmma.*.log"))
+    (s / cell).write_text((s / cell).read_text() + race)
+    forge(quick, claims=True)
+    assert json.loads((quick / "pack.json").read_text())["label"] == "evidence:failed"
+
+    def drop(raw):
+        del raw["stages"]["sanitize"]
+        for key in ("stages", "stages_s"):
+            raw["timings"].get(key, {}).pop("sanitize", None)
+    _edit_pack_json(quick, drop)
+    forge(quick, claims=True)
+    pj = json.loads((quick / "pack.json").read_text())
+    assert pj["gates"]["sanitizer_clean"]["status"] == "skipped"  # what the forger's pack.json claims
+    assert "folder sanitize/ holds the files of a stage that pack.json does not list" in " ".join(_problems(quick))
+
+
+def _gpu(raw):
+    raw["summary"]["gpu_name"] = "NVIDIA B200"
+
+
+def _commit(raw):
+    raw["git"]["commit"] = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _dirty(raw):
+    raw["git"]["dirty"] = True
+
+
+def _suite(raw):
+    raw["options"]["suite"] = "full"
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    (_gpu, "summary.gpu_name: pack.json says 'NVIDIA B200' but bench/run.json device.name says"),
+    (_commit, "git.commit: pack.json says '0123456789abcdef0123456789abcdef01234567' but the pack id"),
+    (_dirty, "git.dirty: pack.json says True but the pack id"),
+    (_suite, "options.suite: pack.json says 'full' but bench/run.json, the benchmark's own record says 'quick'"),
+], ids=["gpu_name", "commit", "dirty", "suite"])
+def test_a_fact_of_pack_json_agrees_with_the_records_that_also_hold_it(quick, edit, needle):
+    """Before: the GPU name the report heads with, the commit and dirty flag, and the suite were pack.json's
+    word alone: each could be edited (claims re-derived, re-indexed) and the pack verified."""
+    _edit_pack_json(quick, edit)
+    forge(quick, claims=True)
+    problems = _problems(quick)
+    assert any(needle in p for p in problems), problems
+
+
+def test_env_json_gpu_and_commit_agree_with_the_benchmark_and_pack_json(quick):
+    """env.json is the environment record the report and the incremental keys read: its GPU and commit are
+    those the benchmark and pack.json give."""
+    _edit_json(quick / "env.json", lambda env: env.update(gpu_name="NVIDIA B200", git_commit="0" * 40))
+    forge(quick, claims=True)
+    problems = " ".join(_problems(quick))
+    assert "env.json gpu_name 'NVIDIA B200' is not the GPU the benchmark ran on" in problems
+    assert "git (git_commit): pack.json says" in problems
+
+
+def test_report_shows_the_derived_reasons_not_pack_json_prose(quick, tmp_path):
+    """Before: `report` rendered the gate table (report.md, report.html, comment.md) and the stage table from
+    pack.json's reasons, which verify never compares (prose): a verified pack's first table could say the
+    performance gate passed at 9.99x SDPA while its benchmark gives 1.06x. The reasons shown are now those of
+    the outcomes and gates derived from the raw files."""
+    fake = "canonical wgmma/m192n128w16s2 9.99x SDPA default (cold)"
+    _edit_pack_json(quick, lambda raw: (raw["gates"]["performance"].update(reason=fake),
+                                        raw["stages"]["bench"].update(reason=fake)))
+    forge(quick)
+    assert _problems(quick) == []  # prose is not compared: the pack verifies
+    r = run_cli("report", str(quick))
+    assert r.returncode == 0, r.stderr
+    assert "9.99x" not in r.stdout
+    derived = json.loads((quick / "bench" / "outcome.json").read_text())["reason"]
+    assert derived and derived != fake and r.stdout.count(derived) >= 1
+    r = run_cli("report", str(quick), "--out", str(tmp_path / "views"))
+    assert r.returncode == 0, r.stderr
+    for name in ("report.md", "report.html", "comment.md"):
+        assert "9.99x" not in (tmp_path / "views" / name).read_text(), name
