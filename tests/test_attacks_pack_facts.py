@@ -160,3 +160,32 @@ def test_report_shows_the_derived_reasons_not_pack_json_prose(quick, tmp_path):
     assert r.returncode == 0, r.stderr
     for name in ("report.md", "report.html", "comment.md"):
         assert "9.99x" not in (tmp_path / "views" / name).read_text(), name
+
+
+V3_CANARIES = ("canary_capture_aware", "canary_output_alias", "canary_fp16_accum", "canary_input_family",
+               "canary_content_cache", "canary_timing_aware", "canary_triton_decoy")
+
+
+@pytest.mark.parametrize("also_drop_field", [False, True], ids=["as-is", "incremental-dropped"])
+def test_a_pack_cannot_declare_an_older_schema_than_it_holds(quick, also_drop_field):
+    """Before: the declared schema_version picked the rules, and nothing tied it to the pack. A pack whose
+    correctness never ran canary_input_family (evidence:failed: that gate is not live) declared schema 2 and
+    left the 7 schema-3 canaries out of canaries/expected.json: all 14 planted faults caught, evidence:complete.
+    A field or a canary cell a later schema's writer introduced now names the lie (the forger who removes
+    every one of them has made a consistent older pack; the signature is what stops that)."""
+    procs = json.loads((quick / "correctness" / "procs.json").read_text())
+    del procs["canary_input_family"]
+    (quick / "correctness" / "procs.json").write_text(json.dumps(procs, indent=2) + "\n")
+    for f in (quick / "correctness").glob("canary_input_family.*"):
+        f.unlink()
+    forge(quick, claims=True)
+    assert json.loads((quick / "pack.json").read_text())["label"] == "evidence:failed"
+    _edit_json(quick / "canaries" / "expected.json", lambda rows: rows.__setitem__(
+        slice(None), [r for r in rows if r["canary"] not in V3_CANARIES]))
+    _edit_pack_json(quick, lambda raw: (raw.update(schema_version=2),
+                                        raw.pop("incremental") if also_drop_field else None))
+    forge(quick, claims=True)
+    assert json.loads((quick / "pack.json").read_text())["label"] == "evidence:complete"  # the forger's claim
+    problems = " ".join(_problems(quick))
+    assert "a canary schema-3 writers planted, but pack.json says schema_version 2" in problems, problems
+    assert also_drop_field or "pack.json holds 'incremental', which schema-3 writers introduced" in problems

@@ -11,6 +11,9 @@ must be one pack.json lists:
     name, and env.json's commit and dirty flag are pack.json's `git`;
   - the pack id, made from the commit (pack.new_pack_id: `<UTC time>-<commit[:12] or nogit>[-dirty][-N]`),
     names pack.json's commit and dirty flag.
+  - the schema version, which picks the rules verify applies (the canaries required, the digest), is not
+    older than what the pack holds: no pack.json field a later schema introduced, no stage cell of a canary
+    only a later schema planted.
 What holds none of the pair (a pack whose benchmark did not run, an env.json without a field) is not asked.
 Every pack ever committed to the project agrees on all of these. Standard library only.
 """
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from .jsonio import read_json, read_member_json
 from .records.pack import ABSENT, PackJson, present
+from .records.schema import SCHEMAS
 from .stages.order import STAGE_ORDER
 
 PACK_ID = re.compile(r"\d{8}T\d{6}Z-(?P<sha>[0-9a-f]{12}|nogit)(?P<dirty>-dirty)?(?:-\d{1,3})?")
@@ -78,4 +82,30 @@ def identity_problems(pack_dir: Path, pj: PackJson) -> list[str]:
         if "gpu_name" in env and env["gpu_name"] != gpu:
             problems.append(f"env.json gpu_name {env['gpu_name']!r} is not the GPU the benchmark ran on "
                             f"(bench/run.json device.name {gpu!r})")
+    return problems
+
+
+# pack.json fields by the schema whose writer introduced them (records/pack.py PackRecord)
+FIELD_SINCE = {"requirement": 2, "signing": 2, "incremental": 3}
+CELL_STAGES = ("correctness", "sanitize", "stability", "tensor_proof", "ptxas", "sass")
+
+
+def _canary_since() -> dict[str, int]:
+    since: dict[str, int] = {}
+    for version in sorted(SCHEMAS):
+        for canary, _gate in SCHEMAS[version].canary_gates:
+            since.setdefault(canary, version)
+    return since
+
+
+def schema_problems(pack_dir: Path, raw: dict, version: int) -> list[str]:
+    """What in the pack a writer of a later schema than the declared one made."""
+    problems = [f"pack.json holds {key!r}, which schema-{since} writers introduced, but says schema_version "
+                f"{version}" for key, since in FIELD_SINCE.items() if key in raw and since > version]
+    since = _canary_since()
+    for stage in CELL_STAGES:
+        procs = _record(pack_dir, stage, "procs.json") or {}
+        later = sorted({part for cell in procs for part in str(cell).split(".") if since.get(part, 0) > version})
+        problems += [f"stage {stage} holds cells of {c}, a canary schema-{since[c]} writers planted, but pack.json "
+                     f"says schema_version {version}" for c in later]
     return problems
