@@ -9,8 +9,8 @@ must be one pack.json lists:
     `variants` decides which variants the GPU stages must cover (coverage.py), `suite` which shapes ran;
   - the GPU the benchmark ran on (bench/run.json `device.name`) is the one pack.json's summary and env.json
     name, and env.json's commit and dirty flag are pack.json's `git`;
-  - the pack id, made from the commit (pack.new_pack_id: `<UTC time>-<commit[:12] or nogit>[-dirty][-N]`),
-    names pack.json's commit and dirty flag.
+  - the pack id is one a run makes from the commit (pack.new_pack_id: `<UTC time>-<commit[:12] or
+    nogit>[-dirty][-N]`), and names pack.json's commit and dirty flag;
   - the schema version, which picks the rules verify applies (the canaries required, the digest), is not
     older than what the pack holds: no pack.json field a later schema introduced, no stage cell of a canary
     only a later schema planted.
@@ -64,6 +64,9 @@ def identity_problems(pack_dir: Path, pj: PackJson) -> list[str]:
     problems = []
     commit, dirty = present(pj.git.commit), present(pj.git.dirty)
     m = PACK_ID.fullmatch(str(present(pj.pack_id)))
+    if m is None:
+        problems.append(f"pack id {present(pj.pack_id)!r} is not one a run makes (<UTC time>-<commit[:12] or "
+                        f"nogit>[-dirty][-N]): it names no commit to check")
     if m and m["sha"] != (commit or "nogit")[:12]:
         problems.append(_differs("git.commit", commit, f"the pack id {m[0]}", m["sha"]))
     if m and bool(m["dirty"]) != bool(dirty):
@@ -85,8 +88,9 @@ def identity_problems(pack_dir: Path, pj: PackJson) -> list[str]:
     return problems
 
 
-# pack.json fields by the schema whose writer introduced them (records/pack.py PackRecord)
-FIELD_SINCE = {"requirement": 2, "signing": 2, "incremental": 3}
+# pack.json fields by the schema whose evidence run introduced them (records/pack.py PackRecord). Not `signing`:
+# `sign` adds it to a pack of any schema (an older pack signed by today's code).
+FIELD_SINCE = {"requirement": 2, "incremental": 3}
 CELL_STAGES = ("correctness", "sanitize", "stability", "tensor_proof", "ptxas", "sass")
 
 
