@@ -189,3 +189,12 @@ def test_a_pack_cannot_declare_an_older_schema_than_it_holds(quick, also_drop_fi
     problems = " ".join(_problems(quick))
     assert "a canary schema-3 writers planted, but pack.json says schema_version 2" in problems, problems
     assert also_drop_field or "pack.json holds 'incremental', which schema-3 writers introduced" in problems
+
+
+def test_the_benchmark_record_cannot_be_emptied_of_its_options(quick):
+    """The step around the options check: bench/run.json's options removed, pack.json's suite edited."""
+    _edit_json(quick / "bench" / "run.json", lambda run: run.pop("options"))
+    _edit_pack_json(quick, _suite)
+    forge(quick, claims=True)
+    problems = _problems(quick)
+    assert any(p.startswith("bench/run.json records no run options") for p in problems), problems

@@ -52,12 +52,19 @@ def _differs(what: str, said: object, other: str, says: object) -> str:
 
 def option_problems(pack_dir: Path, options: object) -> list[str]:
     run = _record(pack_dir, "bench", "run.json")
-    recorded = run.get("options") if run else None
-    if not isinstance(recorded, dict):
+    if run is None:
         return []
+    recorded = run.get("options")
+    if not isinstance(recorded, dict):
+        return ["bench/run.json records no run options (every benchmark writes them): pack.json's options "
+                "cannot be checked"]
     given = options if isinstance(options, dict) else {}
-    return [_differs(f"options.{k}", given.get(k), "bench/run.json, the benchmark's own record", v)
-            for k, v in recorded.items() if given.get(k) != v]
+    problems = [_differs(f"options.{k}", given.get(k), "bench/run.json, the benchmark's own record", v)
+                for k, v in recorded.items() if given.get(k) != v]
+    if "suite" in run and run["suite"] != recorded.get("suite"):
+        problems.append(f"bench/run.json: the suite it ran, {run['suite']!r}, is not its options' "
+                        f"{recorded.get('suite')!r}")
+    return problems
 
 
 def identity_problems(pack_dir: Path, pj: PackJson) -> list[str]:
