@@ -7,8 +7,8 @@ of build/kernels.json (what the pack's own build made, so a variant added to the
 of an older pack) that the run selected (pack.json options.variants; none given: all), and every shipped
 variant the benchmark timed whatever the selection says (a variant in the results has its evidence: a
 selection edited to leave it out, or one that names no shipped variant, excuses nothing). Cells an
-incremental run carried are in procs.json too (marked carried_from), so they count. Canaries have their own rule (the
-canaries stage). A stage folder without procs.json (packs of schema 1) is not asked.
+incremental run carried are in procs.json too (marked carried_from), so they count. Canaries have their own
+rule (the canaries stage). A stage folder without procs.json (packs of schema 1) is not asked.
 """
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def shipped_variants(pack_dir: Path, options: object) -> set[str] | None:
         return None
     built = {variant for variant, *_ in kernels if not str(variant).startswith("canary")}
     want = options.get("variants") if isinstance(options, dict) else None
-    return {v for v in built if not want or v in want or v in timed_variants(pack_dir)}
+    timed = timed_variants(pack_dir)
+    return {v for v in built if not want or v in want or v in timed}
 
 
 def timed_variants(pack_dir: Path) -> set[str]:
