@@ -53,6 +53,13 @@ def _without_variant(pack, variant: str) -> None:
         (pack / stage / "procs.json").write_text(json.dumps(procs, indent=2) + "\n")
 
 
+def _without_sanitize(raw) -> None:
+    """pack.json as if the run had not selected the sanitize stage."""
+    del raw["stages"]["sanitize"]
+    for key in ("stages", "stages_s"):
+        raw["timings"].get(key, {}).pop("sanitize", None)
+
+
 def _problems(pack) -> list[str]:
     return verify_all(pack)[0]
 
@@ -80,24 +87,15 @@ def test_a_stage_left_out_of_pack_json_is_named_by_its_folder(quick):
     """Before: verify derived the stages pack.json lists and no other. A pack whose racecheck found a race in
     one of our kernels (evidence:failed) dropped `sanitize` from pack.json: sanitizer_clean became `skipped`
     ("not selected"), the pack verified evidence:partial, and sanitize/outcome.json inside it still said fail."""
-    s = quick / "sanitize"
-    race = "".join(ln for ln in (s / "racecheck.canary_smem_race.m64n64w2s1.log").read_text().split("Traceback")[0]
-                   .splitlines(True) if ln.startswith("=========") and "COMPUTE-SANITIZER" not in ln)
-    assert "hazard" in race.lower() or "race" in race.lower()
-    cell = next(p.name for p in s.glob("racecheck.wgmma.*.log"))
-    (s / cell).write_text((s / cell).read_text() + race)
+    _race_in_wgmma(quick)
     forge(quick, claims=True)
     assert json.loads((quick / "pack.json").read_text())["label"] == "evidence:failed"
 
-    def drop(raw):
-        del raw["stages"]["sanitize"]
-        for key in ("stages", "stages_s"):
-            raw["timings"].get(key, {}).pop("sanitize", None)
-    _edit_pack_json(quick, drop)
+    _edit_pack_json(quick, _without_sanitize)
     forge(quick, claims=True)
     pj = json.loads((quick / "pack.json").read_text())
     assert pj["gates"]["sanitizer_clean"]["status"] == "skipped"  # what the forger's pack.json claims
-    assert "folder sanitize/ holds the files of a stage that pack.json does not list" in " ".join(_problems(quick))
+    assert "folder sanitize/ is not a stage pack.json lists (its files would go unread)" in _problems(quick)
 
 
 def _gpu(raw):
@@ -198,3 +196,75 @@ def test_the_benchmark_record_cannot_be_emptied_of_its_options(quick):
     forge(quick, claims=True)
     problems = _problems(quick)
     assert any(p.startswith("bench/run.json records no run options") for p in problems), problems
+
+
+def _race_in_wgmma(pack) -> str:
+    """A racecheck log of one of our wgmma cells that found a race (the canary's hazard records appended)."""
+    s = pack / "sanitize"
+    race = "".join(ln for ln in (s / "racecheck.canary_smem_race.m64n64w2s1.log").read_text().split("Traceback")[0]
+                   .splitlines(True) if ln.startswith("=========") and "COMPUTE-SANITIZER" not in ln)
+    cell = sorted(p.name for p in s.glob("racecheck.wgmma.*.log"))[0].removesuffix(".log")
+    (s / f"{cell}.log").write_text((s / f"{cell}.log").read_text() + race)
+    return cell
+
+
+def _drop_cells(stage_dir, cells) -> None:
+    procs = json.loads((stage_dir / "procs.json").read_text())
+    for cell in cells:
+        del procs[cell]
+        for f in stage_dir.glob(f"{cell}.*"):
+            f.unlink()
+    (stage_dir / "procs.json").write_text(json.dumps(procs, indent=2) + "\n")
+
+
+@pytest.mark.parametrize("which", ["the racing cell", "the headline config"])
+def test_a_sanitizer_cell_of_a_shipped_config_cannot_be_left_out(quick, which):
+    """Before: coverage asked one sanitize cell per variant, so one cell stood for every tool and config. The
+    racecheck cell that found a race (evidence:failed) deleted with its log, or all four cells of the benchmark's
+    headline config deleted, verified evidence:complete. Every (tool, variant, config) the build shipped is
+    asked now."""
+    s = quick / "sanitize"
+    if which == "the racing cell":
+        cells = [_race_in_wgmma(quick)]
+        forge(quick, claims=True)
+        assert json.loads((quick / "pack.json").read_text())["label"] == "evidence:failed"
+    else:
+        cells = sorted(p.name.removesuffix(".log") for p in s.glob("*.wgmma.m192n128w16s2.log"))
+        assert len(cells) == 4
+    _drop_cells(s, cells)
+    forge(quick, claims=True)
+    assert json.loads((quick / "pack.json").read_text())["label"] == "evidence:complete"  # the forger's claim
+    problems = _problems(quick)
+    assert {f"stage sanitize: no cell {c} (every sanitizer runs on every config the build shipped)"
+            for c in cells} <= set(problems), problems
+
+
+def test_the_benchmark_record_cannot_be_emptied_of_its_gpu(quick):
+    """The step around the GPU check: bench/run.json's device.name removed, the GPU renamed elsewhere."""
+    _edit_json(quick / "bench" / "run.json", lambda run: run["device"].pop("name"))
+    _edit_pack_json(quick, _gpu)
+    forge(quick, claims=True)
+    assert any(p.startswith("bench/run.json names no GPU") for p in _problems(quick))
+
+
+def test_pack_json_lists_only_stages_evpack_derives(quick):
+    """Before: `report` drew a Stages row for every pack.json entry, derived or not: a second `bench ` row
+    claiming 9.99x and a `memcheck_fuzz` stage that never ran showed in a verified pack's report."""
+    entry = {"status": "pass", "reason": "9.99x SDPA default", "duration_s": 1.0}
+    _edit_pack_json(quick, lambda raw: raw["stages"].update({"bench ": entry, "memcheck_fuzz": entry}))
+    forge(quick, claims=True)
+    problems = _problems(quick)
+    for name in ("bench ", "memcheck_fuzz"):
+        assert f"pack.json lists stage {name!r}, which is no stage evpack derives" in problems, problems
+
+
+def test_a_stage_folder_renamed_and_dropped_from_pack_json_is_named(quick):
+    """The step around the unlisted-stage check: the failing sanitize folder renamed Sanitize/ (its outcome.json
+    removed) and dropped from pack.json. Every top-level folder must be a stage pack.json lists."""
+    _race_in_wgmma(quick)
+
+    _edit_pack_json(quick, _without_sanitize)
+    (quick / "sanitize" / "outcome.json").unlink()
+    (quick / "sanitize").rename(quick / "Sanitize")
+    forge(quick, claims=True)
+    assert "folder Sanitize/ is not a stage pack.json lists (its files would go unread)" in _problems(quick)

@@ -54,6 +54,25 @@ def timed_variants(pack_dir: Path) -> set[str]:
         if isinstance(rows, list) else set()
 
 
+# The tools every schema's sanitize stage runs on each (variant, config) the build shipped.
+SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+
+
+def _sanitize_cells_missing(pack_dir: Path, variants: set[str], cells: object) -> list[str]:
+    """The sanitize stage runs every tool on every shipped config: a cell per (tool, variant, config), so that a
+    cell that found a race, or every cell of the benchmark's headline config, cannot be left out."""
+    try:
+        kernels, _ = load_built_kernels(pack_dir)
+    except OSError:
+        return []
+    pairs = {(str(v), str(c)) for v, c, *_ in kernels or () if str(v) in variants}
+    have = set(cells) if isinstance(cells, dict) else set()
+    missing = sorted(f"{t}.{v}.{c}" for v, c in pairs for t in SANITIZER_TOOLS if f"{t}.{v}.{c}" not in have)
+    return [f"stage sanitize: no cell {m} (every sanitizer runs on every config the build shipped)"
+            for m in missing[:10]] + ([f"stage sanitize: ... and {len(missing) - 10} more missing cells"]
+                                      if len(missing) > 10 else [])
+
+
 def coverage_problems(pack_dir: Path, options: object, outcomes: dict[str, StageOutcome]) -> list[str]:
     variants = shipped_variants(pack_dir, options)
     if not variants:
@@ -72,4 +91,6 @@ def coverage_problems(pack_dir: Path, options: object, outcomes: dict[str, Stage
         problems += [f"stage {stage}: no cell of variant {v}, which the build shipped and the run selected or "
                      f"the benchmark timed"
                      for v in sorted(variants - covered)]
+        if stage == "sanitize" and variants <= covered:
+            problems += _sanitize_cells_missing(pack_dir, variants, cells)
     return problems

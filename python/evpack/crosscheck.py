@@ -3,8 +3,9 @@
 A stage's outcome is re-derived from its raw files; some facts of pack.json are not a stage's outcome but are
 written a second time, by another writer, elsewhere in the pack. Each pair must agree, and a stage's folder
 must be one pack.json lists:
-  - a folder holding a stage's files (a stage name, or an outcome.json) that pack.json does not list is
-    a stage whose outcome nobody reads: dropping a failing stage from pack.json made its gate `skipped`;
+  - every top-level folder is a stage pack.json lists, and every stage it lists is one evpack derives: a
+    stage dropped from pack.json (its gate then `skipped`), a folder renamed, or a listed entry nothing
+    derives would carry claims nobody reads;
   - the run options the benchmark recorded (bench/run.json `options`) are the options pack.json gives:
     `variants` decides which variants the GPU stages must cover (coverage.py), `suite` which shapes ran;
   - the GPU the benchmark ran on (bench/run.json `device.name`) is the one pack.json's summary and env.json
@@ -30,12 +31,16 @@ from .stages.order import STAGE_ORDER
 PACK_ID = re.compile(r"\d{8}T\d{6}Z-(?P<sha>[0-9a-f]{12}|nogit)(?P<dirty>-dirty)?(?:-\d{1,3})?")
 
 
-def unlisted_stage_folders(files: frozenset[str], listed: list[str]) -> list[str]:
-    """Top-level folders that hold a stage's files but are not a stage pack.json lists."""
+def unlisted_stage_folders(files: frozenset[str], stages: object) -> list[str]:
+    """Every top-level folder of a pack is a stage's, and pack.json lists each stage by a name evpack derives:
+    a folder of another name (a stage's files renamed, `Sanitize/`) or an entry no derivation reads (a second
+    `bench ` row, a stage that never ran) would carry claims nobody checks."""
+    listed = set(stages) if isinstance(stages, dict) else set()
     folders = {f.split("/", 1)[0] for f in files if "/" in f}
-    staged = {d for d in folders if d in STAGE_ORDER or f"{d}/outcome.json" in files}
-    return [f"folder {d}/ holds the files of a stage that pack.json does not list (its outcome would go unread)"
-            for d in sorted(staged - set(listed))]
+    problems = [f"folder {d}/ is not a stage pack.json lists (its files would go unread)"
+                for d in sorted(folders - (listed & set(STAGE_ORDER)))]
+    return problems + [f"pack.json lists stage {s!r}, which is no stage evpack derives" for s in sorted(
+        listed - set(STAGE_ORDER), key=repr)]
 
 
 def _record(pack_dir: Path, folder: str, name: str) -> dict | None:
@@ -85,6 +90,9 @@ def identity_problems(pack_dir: Path, pj: PackJson) -> list[str]:
     run = _record(pack_dir, "bench", "run.json")
     device = run.get("device") if run else None
     gpu = device.get("name") if isinstance(device, dict) else None
+    if run is not None and not isinstance(gpu, str):
+        problems.append("bench/run.json names no GPU (device.name; every benchmark records it): the GPU "
+                        "pack.json and env.json name cannot be checked")
     if isinstance(gpu, str):
         summary_gpu = pj.summary.gpu_name
         if summary_gpu not in (None, ABSENT) and summary_gpu != gpu:

@@ -10,7 +10,7 @@ What is compared (the pack format is a public API, so prose never is):
   both `<stage>/outcome.json` and `pack.json`;
 - each gate's status, the label and the finer labels against what the re-derived gates give;
 - the gates a pack of its schema version must hold, and the files each stage that ran must hold;
-- pack.json's facts that another record of the pack holds too (crosscheck.py): every stage folder listed,
+- pack.json's facts that another record of the pack holds too (crosscheck.py): every folder a listed stage,
   the run options as the benchmark recorded them, the commit, dirty flag and GPU as env.json, the pack id
   and bench/run.json give them; every shipped variant the run selected or the benchmark timed has its
   cells in every GPU stage (coverage.py);
@@ -297,7 +297,7 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
     missing_gates = [g for g in sp.required_gates if g not in pj.gates]
     if missing_gates:
         problems.append(f"pack.json lacks gates every schema-{sp.version} pack holds: {', '.join(missing_gates)}")
-    problems += unlisted_stage_folders(listing.files, stage_names_of(pj))
+    problems += unlisted_stage_folders(listing.files, pj.stages)
     problems += option_problems(pack_dir, pj.options) + identity_problems(pack_dir, pj)
     problems += schema_problems(pack_dir, raw, sp.version)
     unsafe_names = record_name_problems(pack_dir, listing.files, stage_names_of(pj))
