@@ -16,6 +16,8 @@ from pathlib import Path
 
 from .jsonio import read_json
 from .model import FAIL, PASS, StageOutcome
+from .records.bench import BenchSummary
+from .records.stage_options import RunOptions
 from .stages.kernel_rows import load_built_kernels
 from .timing.summary import OURS, read_summary
 
@@ -38,7 +40,7 @@ def shipped_variants(pack_dir: Path, options: object) -> set[str] | None:
     if kernels is None:
         return None
     built = {variant for variant, *_ in kernels if not str(variant).startswith("canary")}
-    want = options.get("variants") if isinstance(options, dict) else None
+    want = RunOptions.from_json(options).variants
     timed = timed_variants(pack_dir)
     return {v for v in built if not want or v in want or v in timed}
 
@@ -47,11 +49,10 @@ def timed_variants(pack_dir: Path) -> set[str]:
     """The variants of our rows in the benchmark's results (bench/summary.json; none when it is absent or
     unreadable, which the bench stage's derivation names)."""
     try:
-        rows = read_summary(pack_dir / "bench").get("rows")
-    except (OSError, ValueError, AttributeError, RecursionError):
+        summary = BenchSummary.from_json(read_summary(pack_dir / "bench"))
+    except (OSError, ValueError, RecursionError):
         return set()
-    return {str(r.get("variant")) for r in rows if isinstance(r, dict) and r.get("impl") == OURS} \
-        if isinstance(rows, list) else set()
+    return {str(r.variant) for r in summary.rows if r.impl == OURS}
 
 
 # The tools every schema's sanitize stage runs on each (variant, config) the build shipped.

@@ -24,8 +24,11 @@ import re
 from pathlib import Path
 
 from .jsonio import read_json, read_member_json
+from .records.bench import BenchRun
+from .records.env import EnvJson
 from .records.pack import ABSENT, PackJson, present
 from .records.schema import SCHEMAS
+from .records.stage_options import RunOptions
 from .stages.order import STAGE_ORDER
 
 PACK_ID = re.compile(r"\d{8}T\d{6}Z-(?P<sha>[0-9a-f]{12}|nogit)(?P<dirty>-dirty)?(?:-\d{1,3})?")
@@ -55,20 +58,25 @@ def _differs(what: str, said: object, other: str, says: object) -> str:
     return f"{what}: pack.json says {said!r} but {other} says {says!r}"
 
 
-def option_problems(pack_dir: Path, options: object) -> list[str]:
+def _bench_run(pack_dir: Path) -> BenchRun | None:
     run = _record(pack_dir, "bench", "run.json")
+    return None if run is None else BenchRun.from_json(run)
+
+
+def option_problems(pack_dir: Path, options: object) -> list[str]:
+    run = _bench_run(pack_dir)
     if run is None:
         return []
-    recorded = run.get("options")
+    recorded = run.options
     if not isinstance(recorded, dict):
         return ["bench/run.json records no run options (every benchmark writes them): pack.json's options "
                 "cannot be checked"]
     given = options if isinstance(options, dict) else {}
     problems = [_differs(f"options.{k}", given.get(k), "bench/run.json, the benchmark's own record", v)
                 for k, v in recorded.items() if given.get(k) != v]
-    if "suite" in run and run["suite"] != recorded.get("suite"):
-        problems.append(f"bench/run.json: the suite it ran, {run['suite']!r}, is not its options' "
-                        f"{recorded.get('suite')!r}")
+    suite = RunOptions.from_json(recorded).suite
+    if "suite" in run.raw and run.suite != suite:
+        problems.append(f"bench/run.json: the suite it ran, {run.suite!r}, is not its options' {suite!r}")
     return problems
 
 
@@ -79,17 +87,16 @@ def identity_problems(pack_dir: Path, pj: PackJson) -> list[str]:
     if m is None:
         problems.append(f"pack id {present(pj.pack_id)!r} is not one a run makes (<UTC time>-<commit[:12] or "
                         f"nogit>[-dirty][-N]): it names no commit to check")
-    if m and m["sha"] != (commit or "nogit")[:12]:
-        problems.append(_differs("git.commit", commit, f"the pack id {m[0]}", m["sha"]))
-    if m and bool(m["dirty"]) != bool(dirty):
-        problems.append(_differs("git.dirty", dirty, f"the pack id {m[0]}", bool(m["dirty"])))
-    env = _record(pack_dir, "", "env.json") or {}
-    for key, said in (("git_commit", commit), ("git_dirty", dirty)):
-        if key in env and env[key] != said:
-            problems.append(_differs(f"git ({key})", said, "env.json", env[key]))
-    run = _record(pack_dir, "bench", "run.json")
-    device = run.get("device") if run else None
-    gpu = device.get("name") if isinstance(device, dict) else None
+    elif m.group("sha") != (commit or "nogit")[:12]:
+        problems.append(_differs("git.commit", commit, f"the pack id {m.group(0)}", m.group("sha")))
+    if m is not None and bool(m.group("dirty")) != bool(dirty):
+        problems.append(_differs("git.dirty", dirty, f"the pack id {m.group(0)}", bool(m.group("dirty"))))
+    env = EnvJson.from_json(_record(pack_dir, "", "env.json"))
+    for key, said, says in (("git_commit", commit, env.git_commit), ("git_dirty", dirty, env.git_dirty)):
+        if key in env.raw and says != said:
+            problems.append(_differs(f"git ({key})", said, "env.json", says))
+    run = _bench_run(pack_dir)
+    gpu = run.device.name if run is not None else None
     if run is not None and not isinstance(gpu, str):
         problems.append("bench/run.json names no GPU (device.name; every benchmark records it): the GPU "
                         "pack.json and env.json name cannot be checked")
@@ -97,8 +104,8 @@ def identity_problems(pack_dir: Path, pj: PackJson) -> list[str]:
         summary_gpu = pj.summary.gpu_name
         if summary_gpu not in (None, ABSENT) and summary_gpu != gpu:
             problems.append(_differs("summary.gpu_name", summary_gpu, "bench/run.json device.name", gpu))
-        if "gpu_name" in env and env["gpu_name"] != gpu:
-            problems.append(f"env.json gpu_name {env['gpu_name']!r} is not the GPU the benchmark ran on "
+        if "gpu_name" in env.raw and env.gpu_name != gpu:
+            problems.append(f"env.json gpu_name {env.gpu_name!r} is not the GPU the benchmark ran on "
                             f"(bench/run.json device.name {gpu!r})")
     return problems
 

@@ -251,6 +251,7 @@ class BenchRun(View):
     canonical: Any = None  # the suite's canonical shape and primary mode (newer packs)
     primary_mode: Any = None
     baseline_commit: Any = None
+    options: Any = None  # the run's options as the benchmark recorded them (crosscheck: pack.json's options)
     raw: Mapping = field(default_factory=dict, compare=False, repr=False)
 
 

@@ -60,4 +60,6 @@ class EnvJson(View):
     cuda_version: Any
     torch_version: Any
     nvidia_smi_query: SmiQuery
+    git_commit: Any  # the commit and dirty flag the run saw (crosscheck: pack.json's git)
+    git_dirty: Any
     raw: Mapping
