@@ -63,8 +63,15 @@ def _bench_run(pack_dir: Path) -> BenchRun | None:
     return None if run is None else BenchRun.from_json(run)
 
 
-def option_problems(pack_dir: Path, options: object) -> list[str]:
+def fact_problems(pack_dir: Path, files: frozenset[str], pj: PackJson, raw: dict, version: int) -> list[str]:
+    """Every check of this module, bench/run.json and env.json read once."""
     run = _bench_run(pack_dir)
+    env = EnvJson.from_json(_record(pack_dir, "", "env.json"))
+    return (unlisted_stage_folders(files, pj.stages) + option_problems(run, pj.options)
+            + identity_problems(run, env, pj) + schema_problems(pack_dir, raw, version))
+
+
+def option_problems(run: BenchRun | None, options: object) -> list[str]:
     if run is None:
         return []
     recorded = run.options
@@ -80,7 +87,7 @@ def option_problems(pack_dir: Path, options: object) -> list[str]:
     return problems
 
 
-def identity_problems(pack_dir: Path, pj: PackJson) -> list[str]:
+def identity_problems(run: BenchRun | None, env: EnvJson, pj: PackJson) -> list[str]:
     problems = []
     commit, dirty = present(pj.git.commit), present(pj.git.dirty)
     m = PACK_ID.fullmatch(str(present(pj.pack_id)))
@@ -91,11 +98,9 @@ def identity_problems(pack_dir: Path, pj: PackJson) -> list[str]:
         problems.append(_differs("git.commit", commit, f"the pack id {m.group(0)}", m.group("sha")))
     if m is not None and bool(m.group("dirty")) != bool(dirty):
         problems.append(_differs("git.dirty", dirty, f"the pack id {m.group(0)}", bool(m.group("dirty"))))
-    env = EnvJson.from_json(_record(pack_dir, "", "env.json"))
     for key, said, says in (("git_commit", commit, env.git_commit), ("git_dirty", dirty, env.git_dirty)):
         if key in env.raw and says != said:
             problems.append(_differs(f"git ({key})", said, "env.json", says))
-    run = _bench_run(pack_dir)
     gpu = run.device.name if run is not None else None
     if run is not None and not isinstance(gpu, str):
         problems.append("bench/run.json names no GPU (device.name; every benchmark records it): the GPU "

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from .binary import sha256_file
 from .coverage import coverage_problems
-from .crosscheck import identity_problems, option_problems, schema_problems, unlisted_stage_folders
+from .crosscheck import fact_problems
 from .derivation import LOG_FILE, RUNNER_FILE, content_digest, decision_view, derive_all, view_differences
 from .incremental.chain import check_incremental
 from .jsonio import read_json
@@ -297,9 +297,7 @@ def verify_pack(pack_dir: Path, *, stages: str | None = None, carried_from: Path
     missing_gates = [g for g in sp.required_gates if g not in pj.gates]
     if missing_gates:
         problems.append(f"pack.json lacks gates every schema-{sp.version} pack holds: {', '.join(missing_gates)}")
-    problems += unlisted_stage_folders(listing.files, pj.stages)
-    problems += option_problems(pack_dir, pj.options) + identity_problems(pack_dir, pj)
-    problems += schema_problems(pack_dir, raw, sp.version)
+    problems += fact_problems(pack_dir, listing.files, pj, raw, sp.version)
     unsafe_names = record_name_problems(pack_dir, listing.files, stage_names_of(pj))
     if unsafe_names:
         return problems + unsafe_names
