@@ -8,16 +8,6 @@
 
 namespace evpack {
 namespace wgmma {
-// Build switches under measurement (bench/wgmma_dev.sh NAME=-DEVPACK_WGMMA_<NAME>=1; bench/NOTES.md, wgmma
-// section 8): L2_HINT loads K and V with an evict_last L2 policy (other CTAs of the head read them again) and Q
-// with evict_first; K_AHEAD has the producer load K/V tile j + 1's K before tile j's V, the order of use.
-#ifndef EVPACK_WGMMA_L2_HINT
-#define EVPACK_WGMMA_L2_HINT 0
-#endif
-#ifndef EVPACK_WGMMA_K_AHEAD
-#define EVPACK_WGMMA_K_AHEAD 0
-#endif
-
 
 constexpr int kRowsPerConsumer = 64;  // wgmma M: one consumer warpgroup owns 64 query rows
 constexpr int kBoxCols = 64;          // 64 elements of T = 128 bytes: the widest 128B-swizzled TMA box

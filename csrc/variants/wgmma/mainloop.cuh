@@ -28,57 +28,6 @@ namespace wgmma {
 template <class S>
 using Scheduler = TileScheduler<S::kBlockM, S::kBlockN>;
 
-#if EVPACK_WGMMA_L2_HINT || EVPACK_WGMMA_K_AHEAD
-// The producer under the switches of config.cuh (measured against the loop below, which they leave unchanged).
-template <class S>
-__device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaMaps& tma, const SharedStorage<S>& sm,
-                                              const Scheduler<S>& sched) {
-  hopper::tma_prefetch_descriptor(&tma.q);
-  hopper::tma_prefetch_descriptor(&tma.k);
-  hopper::tma_prefetch_descriptor(&tma.v);
-  hopper::tma_prefetch_descriptor(&tma.o);
-  const Ring<2> q_ring{sm.q_full, sm.q_empty};
-  const Ring<S::kStages> k_ring{sm.k_full, sm.k_empty}, v_ring{sm.v_full, sm.v_empty};
-  PipelineState<2> qs;
-  PipelineState<S::kStages> kv;
-  const uint64_t q_policy = hopper::l2_policy_evict_first(), kv_policy = hopper::l2_policy_evict_last();
-  auto load = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int col, int row, int head, int batch,
-                  bool is_q) {
-    if (EVPACK_WGMMA_L2_HINT)
-      hopper::tma_load_4d_hint(dst, map, bar, col, row, head, batch, is_q ? q_policy : kv_policy);
-    else
-      hopper::tma_load_4d(dst, map, bar, col, row, head, batch);
-  };
-  for (int tile = sched.first(); sched.valid(tile); tile = sched.next(tile), qs.advance()) {
-    const TileCoord c = sched.coord(tile);
-    const int batch = c.bh / p.heads, head = c.bh % p.heads, m0 = c.m_block * S::kBlockM;
-    uint64_t* q_bar = q_ring.acquire(qs, S::kQBytes);
-    for (int b = 0; b < S::kDBoxes; ++b)
-      load(sm.q + qs.slot() * S::kQBytes + b * S::kQBoxBytes, &tma.q, q_bar, b * kBoxCols, m0, head, batch, true);
-    auto load_kv = [&](const Ring<S::kStages>& ring, uint8_t* base, const CUtensorMap* map, int j) {
-      const PipelineState<S::kStages> st = kv.at(j);
-      uint64_t* bar = ring.acquire(st, S::kKVBytes);
-      for (int b = 0; b < S::kDBoxes; ++b)
-        load(base + st.slot() * S::kKVBytes + b * S::kKVBoxBytes, map, bar, b * kBoxCols, j * S::kBlockN, head, batch,
-             false);
-    };
-    const int n_tiles = sched.kv_tiles(c.m_block);
-    if (EVPACK_WGMMA_K_AHEAD) {  // turn j + 1 of a consumer reads K_{j+1} and V_j
-      load_kv(k_ring, sm.k, &tma.k, 0);
-      for (int j = 0; j < n_tiles; ++j) {
-        if (j + 1 < n_tiles) load_kv(k_ring, sm.k, &tma.k, j + 1);
-        load_kv(v_ring, sm.v, &tma.v, j);
-      }
-    } else {
-      for (int j = 0; j < n_tiles; ++j) {
-        load_kv(k_ring, sm.k, &tma.k, j);
-        load_kv(v_ring, sm.v, &tma.v, j);
-      }
-    }
-    kv.advance(n_tiles);
-  }
-}
-#else
 template <class S>
 __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaMaps& tma, const SharedStorage<S>& sm,
                                               const Scheduler<S>& sched) {
@@ -111,8 +60,6 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaMaps&
     }
   }
 }
-
-#endif
 
 // The wgmmas of one consumer warpgroup.
 template <class S, class T, int kHeadDim>
