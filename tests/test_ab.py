@@ -161,10 +161,11 @@ def _ab_pairs(pack: Path) -> dict[str, tuple[list[float], list[float]]]:
     return out
 
 
-def _decide(first: dict, second: dict, slow_variant: str | None = None, factor: float = 1.05) -> dict:
-    """Rule version 2 over real samples: `first` is the run's round, `second` supplies the confirmation round
-    of the rows it asks for (a later same-run measurement of the same rows); rows of `slow_variant` get their
-    head side scaled by `factor` in both rounds (a planted slowdown of that variant)."""
+def _decide(first: dict, second: dict, slow_variant: str | None = None, factor: float = 1.05,
+            rule: ab.Rule = ab.RULE) -> dict:
+    """The rule (default: the current one) over real samples: `first` is the run's round, `second` supplies the
+    confirmation round of the rows it asks for (a later same-run measurement of the same rows); rows of
+    `slow_variant` get their head side scaled by `factor` in both rounds (a planted change of that variant)."""
     def plant(pairs):
         return {k: ([t * factor for t in h] if k.split("|")[1] == slow_variant else h, b)
                 for k, (h, b) in pairs.items()}
@@ -175,9 +176,9 @@ def _decide(first: dict, second: dict, slow_variant: str | None = None, factor: 
     heads = {k: h for k, (h, _) in first.items()}
     bases = {ab.base_key(k): b for k, (_, b) in first.items()}
     base_rows = [dict(r, impl=ab.BASE, key=ab.base_key(r["key"])) for r in rows]
-    keys = ab.candidates(rows, heads, base_rows, bases)
+    keys = ab.candidates(rows, heads, base_rows, bases, rule)
     confirm = ab.ConfirmSamples(head={k: second[k][0] for k in keys}, base={ab.base_key(k): second[k][1] for k in keys})
-    return ab.build_ab(_meta(), rows, heads, base_rows, bases, confirm=confirm)
+    return ab.build_ab(_meta(), rows, heads, base_rows, bases, rule=rule, confirm=confirm)
 
 
 def _planted_slowdown_reads_slower(a: dict, b: dict, variant: str) -> None:
@@ -222,7 +223,7 @@ def test_selfcheck_fixture_re_derives_each_packs_ab_json(selfcheck):
     the pack wrote it (statistics, intervals, p-values, verdicts, reasons), and its counts."""
     for pack in selfcheck:
         assert pack["ab"]["self_check"] is True and pack["ab"]["rule_version"] == 2 and pack["ab"]["confirm_keys"] == []
-        out = _decide(pack["pairs"], pack["pairs"])
+        out = _decide(pack["pairs"], pack["pairs"], rule=ab.RULES[2])
         assert out["rows"] == pack["rows"], pack["source_pack"]
         assert out["counts"] == pack["ab"]["counts"] and out["confirm_keys"] == []
         assert {e["variant"] for e in out["rows"]} == {"scalar", "wmma", "mma", "wgmma"}
@@ -241,11 +242,29 @@ def test_identical_commit_is_never_a_regression_on_real_selfcheck_samples(selfch
         out = _decide(first["pairs"], second["pairs"])
         assert out["counts"][ab.SLOWER] == 0 and out["counts"][ab.FASTER] == 0, out["counts"]
         assert out["counts"][ab.SAME] >= 0.98 * len(keys) and out["confirm_keys"] == [], out["counts"]
-    # head of one run, base of another, confirmed by the third: the run-to-run shift is never a regression
+    # head of one run, base of another, confirmed by the third: the run-to-run shift is never a regression, and
+    # (rule version 3) never a speedup; version 2, which took FASTER from one round, read one false FASTER here
+    faster_v2 = 0
     for x, y, z in itertools.permutations(selfcheck, 3):
         cross = {k: (x["pairs"][k][0], y["pairs"][k][1]) for k in keys}
         out = _decide(cross, z["pairs"])
-        assert out["counts"][ab.SLOWER] == 0, (x["source_pack"], y["source_pack"], out["counts"])
+        assert out["counts"][ab.SLOWER] == 0 and out["counts"][ab.FASTER] == 0, \
+            (x["source_pack"], y["source_pack"], out["counts"])
+        faster_v2 += _decide(cross, z["pairs"], rule=ab.RULES[2])["counts"][ab.FASTER]
+    assert faster_v2 == 1
+
+
+@pytest.mark.parametrize("variant", ["scalar", "wgmma"])
+def test_a_planted_5_percent_speedup_reads_faster_on_real_selfcheck_samples(selfcheck, variant):
+    """Rule version 3 confirms a FASTER row as it does a SLOWER one; a real 5% speedup (head x 0.95 in both
+    rounds) still reads FASTER on every row of its variant, and on no row of another."""
+    for first, second in itertools.permutations(selfcheck, 2):
+        out = _decide(first["pairs"], second["pairs"], slow_variant=variant, factor=0.95)
+        mine = [e for e in out["rows"] if e["variant"] == variant]
+        assert mine and all(e["verdict"] == ab.FASTER and "confirmed" in e["reason"] for e in mine), \
+            [(e["key"], e["reason"]) for e in mine if e["verdict"] != ab.FASTER][:3]
+        assert all(e["verdict"] != ab.FASTER for e in out["rows"] if e["variant"] != variant)
+        assert {e["key"] for e in mine} <= set(out["confirm_keys"])  # each one confirmed in a second round
 
 
 @pytest.mark.parametrize("variant", ["scalar", "wmma", "mma", "wgmma"])
@@ -354,7 +373,8 @@ def test_build_ab_joins_rows_and_lists_one_sided_ones():
     assert [e["config"] for e in out["new"]] == ["newcfg"] and [e["config"] for e in out["removed"]] == ["gone"]
     assert out["regressions"] == [SLOW_KEY] and out["confirm_keys"] == [SLOW_KEY]
     assert out["counts"] == {"SAME": 1, "FASTER": 0, "SLOWER": 1, "UNSURE": 1}
-    assert out["rule"] == ab.RULE.to_json() and out["rule_version"] == 2 and out["base_commit"] == "b" * 40
+    assert out["rule"] == ab.RULE.to_json() and out["rule_version"] == ab.RULE_VERSION == 3
+    assert out["base_commit"] == "b" * 40
     json.dumps(out)  # JSON-serialisable as written
     md = to_markdown(ab_section.ab_blocks(out))
     assert md.index("SLOWER") < md.index("UNSURE") and "mma/newcfg" in md and "mma/gone" in md
@@ -375,6 +395,71 @@ def test_a_slower_row_needs_its_confirmation_round():
     short = ab.ConfirmSamples(head={SLOW_KEY: [61.0] * 5}, base={ab.base_key(SLOW_KEY): [60.0] * 5})
     e = next(e for e in ab.build_ab(_meta(), heads, hs, bases, bs, confirm=short)["rows"] if e["config"] == "slow")
     assert e["verdict"] == ab.UNSURE and "too few samples" in e["reason"]
+
+
+FAST_KEY = "evpack|mma|fast|" + SHAPE + "|cold"
+
+
+def _standin_fast():
+    """_standin with one more row of ours that the head runs 8% faster than the base."""
+    heads, hs, bases, bs = _standin()
+    rng = random.Random(8)
+    heads, bases = heads + [_rec("evpack", "mma", "fast")], bases + [_rec("base", "mma", "fast")]
+    hs[FAST_KEY] = _timings(rng, 100, 60.0, 0.004, shift=-0.08)
+    bs[ab.base_key(FAST_KEY)] = _timings(rng, 100, 60.0, 0.004)
+    return heads, hs, bases, bs
+
+
+def test_a_faster_row_needs_its_confirmation_round():
+    """Rule version 3: a FASTER row is re-timed and confirmed as a SLOWER one is; without a round that shows the
+    speedup again it reads UNSURE, never FASTER."""
+    heads, hs, bases, bs = _standin_fast()
+    assert ab.candidates(heads, hs, bases, bs) == sorted([FAST_KEY, SLOW_KEY])
+    assert ab.candidates(heads, hs, bases, bs, ab.RULES[2]) == [SLOW_KEY]  # version 2 re-timed SLOWER rows only
+
+    def fast_row(confirm):
+        out = ab.build_ab(_meta(), heads, hs, bases, bs, confirm=confirm)
+        return next(e for e in out["rows"] if e["key"] == FAST_KEY), out
+
+    e, out = fast_row(None)
+    assert e["verdict"] == ab.UNSURE and "no confirmation round" in e["reason"] and out["counts"][ab.FASTER] == 0
+    rng = random.Random(9)
+    gone = ab.ConfirmSamples(head={FAST_KEY: _timings(rng, 100, 60.0, 0.004)},
+                             base={ab.base_key(FAST_KEY): _timings(rng, 100, 60.0, 0.004)})
+    e, _ = fast_row(gone)
+    assert e["verdict"] == ab.UNSURE and "not confirmed" in e["reason"] and "needs CI below 1" in e["reason"]
+    again = ab.ConfirmSamples(head={FAST_KEY: _timings(rng, 100, 60.0, 0.004, shift=-0.08)},
+                              base={ab.base_key(FAST_KEY): _timings(rng, 100, 60.0, 0.004)})
+    e, out = fast_row(again)
+    assert e["verdict"] == ab.FASTER
+    assert "confirmed: head -" in e["reason"] and e["confirm"]["ratio"] < 0.95 and e["confirm"]["p"] < 1e-10
+    assert out["counts"][ab.FASTER] == 1 and out["regressions"] == []
+    # a slowdown shown in the round a FASTER row asked for is still no FASTER
+    wrong_way = ab.ConfirmSamples(head={FAST_KEY: _timings(rng, 100, 60.0, 0.004, shift=0.08)},
+                                  base={ab.base_key(FAST_KEY): _timings(rng, 100, 60.0, 0.004)})
+    e, out = fast_row(wrong_way)
+    assert e["verdict"] == ab.UNSURE and out["counts"][ab.FASTER] == 0 and out["regressions"] == []
+
+
+def test_version_2_ab_json_keeps_its_one_round_faster(tmp_path):
+    """An ab.json made under rule version 2 decided FASTER in one round; it is re-derived that way, so a pack of
+    that time keeps verifying, and a file that claims version 3 over version 2's decisions is refused."""
+    from evpack.timing.summary import write_samples
+
+    heads, hs, bases, bs = _standin_fast()
+    old = ab.build_ab(_meta(), heads, hs, bases, bs, rule=ab.RULES[2], confirm=_confirm_of([SLOW_KEY]))
+    assert old["rule_version"] == 2 and old["confirm_keys"] == [SLOW_KEY]
+    assert next(e for e in old["rows"] if e["key"] == FAST_KEY)["verdict"] == ab.FASTER
+    (tmp_path / ab.AB_FILE).write_text(json.dumps(old))
+    write_samples(tmp_path / ab.BASE_SAMPLES_FILE, bases, bs)
+    again = _confirm_of([SLOW_KEY])
+    write_samples(tmp_path / ab_stage.CONFIRM_SAMPLES_FILE, heads + bases, {**again.head, **again.base})
+    derived, problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)
+    assert problem == "" and derived["rows"] == old["rows"] and derived["counts"] == old["counts"]
+    for claim in (dict(old, rule_version=3), dict(old, rule_version=3, rule=ab.RULE.to_json())):
+        (tmp_path / ab.AB_FILE).write_text(json.dumps(claim))
+        _, problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)
+        assert problem, claim["rule_version"]
 
 
 def test_a_side_whose_timed_content_repeated_is_never_compared():

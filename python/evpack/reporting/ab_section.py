@@ -44,7 +44,8 @@ def _rule_line(ab: AbRecord) -> str:
             f"(or fewer than {int(r.min_n)} samples).")
     if r.rule_version >= 2 and number(r.fdr_q):
         retimed = len(ab.confirm_keys) if isinstance(ab.confirm_keys, list) else 0
-        line += (f" Rank-sum p-values under Benjamini-Hochberg at {r.fdr_q:g} over the rows; a SLOWER row must "
+        which = "a SLOWER or FASTER row" if r.rule_version >= 3 else "a SLOWER row"
+        line += (f" Rank-sum p-values under Benjamini-Hochberg at {r.fdr_q:g} over the rows; {which} must "
                  f"be confirmed by a second same-run round ({retimed} re-timed).")
     return line
 

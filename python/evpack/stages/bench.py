@@ -22,7 +22,8 @@ run() writes into the stage folder:
   canary_content_cache.json, canary_timing_aware.json
                          (summary schema 2) the two other bench canaries (stages/bench_canaries.py)
   ab_confirm_samples.csv.xz
-                         (--baseline, rule version 2) the confirmation round of rows the A/B would call SLOWER
+                         (--baseline, rule version 2 on) the confirmation round of rows the A/B would call SLOWER
+                         (version 3: or FASTER)
 With a GPU list (RunOptions.gpus) the suite's shapes are split over the GPUs, one process each, into
 shard<k>/ folders that hold the files above (stages/bench_shards.py documents that layout).
 derive() recomputes the summary from samples.csv.xz + ceilings.json (schema 2: + run.json's device and

@@ -6,8 +6,9 @@ with the same inputs, L2 handling and SDPA calls in between. This module turns t
 sides' raw samples into ab.json and is what `verify` re-runs, so it imports nothing but the
 standard library, evpack.timing.stats (math only) and its records (ab_rule.py, ab_rows.py, records/bench.py).
 
-The rule (RULE in timing/ab_rule.py, rule_version 2; ab.json carries both verbatim, and an ab.json without a
-rule_version was made with RULE_V1, the same without the FDR control and the confirmation round):
+The rule (RULE in timing/ab_rule.py, rule_version 3; ab.json carries both verbatim; an ab.json without a
+rule_version was made with RULE_V1, the same without the FDR control and the confirmation rounds, and one of
+rule_version 2 with RULE_V2, which decided FASTER in one round):
   ratio  = median(head) / median(base)          (> 1: the head takes longer)
   CI     = [lo_h / hi_b, hi_h / lo_b] where [lo, hi] is each side's distribution-free
            (order-statistic, exact binomial) CI of its median at 1 - (1 - conf) / 2, so the
@@ -18,7 +19,9 @@ rule_version was made with RULE_V1, the same without the FDR control and the con
            over the run's compared rows, and then confirmed: the row timed again after the suite (head
            and base interleaved, fresh inputs: ab.json's `confirm` samples) gives CI above 1, ratio > 1 +
            min_effect and p <= confirm_alpha / (rows re-timed). Not confirmed: UNSURE, never SLOWER.
-  FASTER   CI entirely below 1, ratio < 1 - min_effect, p significant under Benjamini-Hochberg
+  FASTER   CI entirely below 1, ratio < 1 - min_effect, p significant under Benjamini-Hochberg, and then
+           confirmed as a SLOWER row is (CI below 1, ratio < 1 - min_effect, p <= confirm_alpha / (rows
+           re-timed) in the second round). Not confirmed: UNSURE, never FASTER.
   SAME     CI inside [1 - min_effect, 1 + min_effect] (an equivalence test: any change is
            smaller than min_effect with confidence conf)
   UNSURE   none of these (a CI too wide to decide), fewer than min_n samples on a side, or
@@ -40,6 +43,10 @@ one commit 7 minutes apart differ by up to 2.6%, which is why a row is confirmed
 round rather than trusted from one. Benjamini-Hochberg keeps the expected share of false SLOWER rows at
 fdr_q; the confirmation round is what makes an identical commit read 0 SLOWER in practice
 (tests/test_ab.py replays the two packs' real samples through it).
+
+Why version 3: version 2 decided FASTER in one round, and the full-suite self-checks of two packs of one
+commit against itself each read one false FASTER (cold rows of 10.9 and 13.0 µs, -2.0% and -3.2%). A FASTER
+row is a claim a change's author can quote, so it is held to the same second round as a SLOWER one.
 """
 from __future__ import annotations
 
@@ -146,20 +153,24 @@ def _first_round(head: list[float], base: list[float], rule: Rule) -> FirstRound
 
 
 def _confirmation(head: list[float] | None, base: list[float] | None, rule: Rule,
-                  m: int) -> tuple[bool, str, Confirm | None]:
-    """(confirmed, why, numbers) of a candidate row's second round (m = rows re-timed)."""
+                  m: int, want: str = SLOWER) -> tuple[bool, str, Confirm | None]:
+    """(confirmed, why, numbers) of a candidate row's second round (m = rows re-timed; want: SLOWER or
+    FASTER, the first round's verdict)."""
     if not head or not base:
         return False, "no confirmation round (the row was not re-timed)", None
     v, _, nums = verdict(head, base, rule)
     if nums is None:
         return False, f"confirmation round: too few samples (head {len(head)}, base {len(base)})", None
-    p = rank_sum_p(head, [t * (1 + rule.min_effect) for t in base])
+    eff = rule.min_effect
+    p = (rank_sum_p(head, [t * (1 + eff) for t in base]) if want == SLOWER
+         else rank_sum_p([t * (1 - eff) for t in base], head))
     limit = rule.confirm_alpha / max(1, m)
-    ok = v == SLOWER and p <= limit
-    why = (f"confirmed: head {nums.ratio - 1:+.1%} (CI {nums.ci_lo - 1:+.1%}..{nums.ci_hi - 1:+.1%}, "
-           f"p {p:.2g} <= {limit:.2g})") if ok else         (f"not confirmed: round 2 head {nums.ratio - 1:+.1%} (CI {nums.ci_lo - 1:+.1%}.."
-         f"{nums.ci_hi - 1:+.1%}, p {p:.2g}, needs CI above 1, beyond {rule.min_effect:.0%} and p <= "
-         f"{limit:.2g})")
+    ok = v == want and p <= limit
+    side = "above" if want == SLOWER else "below"
+    ci = f"CI {nums.ci_lo - 1:+.1%}..{nums.ci_hi - 1:+.1%}"
+    why = (f"confirmed: head {nums.ratio - 1:+.1%} ({ci}, p {p:.2g} <= {limit:.2g})" if ok else
+           f"not confirmed: round 2 head {nums.ratio - 1:+.1%} ({ci}, p {p:.2g}, needs CI {side} 1, beyond "
+           f"{eff:.0%} and p <= {limit:.2g})")
     return ok, why, Confirm(nums, p, side_stats(head), side_stats(base))
 
 
@@ -240,29 +251,32 @@ def _verdicts_v1(entries: list[Entry], comparable: dict, rule: Rule) -> list[Ent
     return out
 
 
-def first_round(comparable: dict, rule: Rule = RULE) -> tuple[dict[str, FirstRound], list[str]]:
-    """Rule version 2, before any confirmation: every comparable row's round-1 numbers and the rows that need a
-    confirmation round (SLOWER by the per-row rule and significant after Benjamini-Hochberg), sorted."""
+def first_round(comparable: dict, rule: Rule = RULE) -> tuple[dict[str, FirstRound], list[str], set[str]]:
+    """Rule version 2 on, before any confirmation: every comparable row's round-1 numbers, the rows that need a
+    confirmation round (sorted: SLOWER by the per-row rule and significant after Benjamini-Hochberg; from
+    version 3 FASTER ones too) and the rows whose FASTER p-value is significant after Benjamini-Hochberg."""
     rounds = {k: _first_round(h, b, rule) for k, (h, b) in comparable.items()}
-    p_slow = {k: r.p_slower for k, r in rounds.items() if r.p_slower is not None}
-    slow = benjamini_hochberg(p_slow, rule.fdr_q)
-    return rounds, sorted(k for k in slow if rounds[k].v1 == SLOWER)
+    slow = benjamini_hochberg({k: r.p_slower for k, r in rounds.items() if r.p_slower is not None}, rule.fdr_q)
+    fast = benjamini_hochberg({k: r.p_faster for k, r in rounds.items() if r.p_faster is not None}, rule.fdr_q)
+    cands = [k for k in slow if rounds[k].v1 == SLOWER]
+    if rule.rule_version >= 3:
+        cands += [k for k in fast if rounds[k].v1 == FASTER]
+    return rounds, sorted(cands), fast
 
 
 def candidates(head_rows: list[dict], head_samples: dict[str, list[float]], base_rows: list[dict],
                base_samples: dict[str, list[float]], rule: Rule = RULE) -> list[str]:
-    """Keys of the head's rows that rule version 2 re-times before it may call them SLOWER."""
+    """Keys of the head's rows that the rule re-times before it may call them SLOWER (and, from version 3,
+    FASTER)."""
     _, comparable, _, _ = _join(head_rows, head_samples, base_rows, base_samples, unique=True)
     return first_round(comparable, rule)[1]
 
 
 def _verdicts_v2(entries: list[Entry], comparable: dict, rule: Rule,
                  confirm: ConfirmSamples | None) -> tuple[list[Entry], list[str]]:
-    """Rule version 2 (module docstring): the decided entries and the keys that were candidates for a
+    """Rule version 2 or 3 (module docstring): the decided entries and the keys that were candidates for a
     confirmation round."""
-    rounds, cands = first_round(comparable, rule)
-    p_fast = {k: r.p_faster for k, r in rounds.items() if r.p_faster is not None}
-    fast = benjamini_hochberg(p_fast, rule.fdr_q)
+    rounds, cands, fast = first_round(comparable, rule)
     again = confirm or ConfirmSamples()
     out = []
     for e in entries:
@@ -272,8 +286,8 @@ def _verdicts_v2(entries: list[Entry], comparable: dict, rule: Rule,
 
 
 def _decide(e: Entry, r: FirstRound, rule: Rule, cands: list[str], fast: set[str], again: ConfirmSamples) -> Entry:
-    """A compared entry under rule version 2: its round-1 verdict, kept only when significant after the FDR
-    control and, for SLOWER, when its confirmation round confirms it."""
+    """A compared entry under rule version 2 or 3: its round-1 verdict, kept only when significant after the FDR
+    control and, for SLOWER (version 3: and FASTER), when its confirmation round confirms it."""
     e = replace(e, nums=r.nums, p_slower=r.p_slower, p_faster=r.p_faster, verdict=r.v1, reason=r.reason)
     if r.v1 == SLOWER and e.key not in cands:
         return replace(e, verdict=UNSURE, reason=f"{r.reason}; not significant after FDR control (p "
@@ -284,6 +298,10 @@ def _decide(e: Entry, r: FirstRound, rule: Rule, cands: list[str], fast: set[str
     if r.v1 == FASTER and e.key not in fast:
         return replace(e, verdict=UNSURE, reason=f"{r.reason}; not significant after FDR control (p "
                                                  f"{r.p_faster:.2g}, Benjamini-Hochberg at {rule.fdr_q})")
+    if r.v1 == FASTER and rule.rule_version >= 3:
+        ok, why, nums = _confirmation(again.head.get(e.key), again.base.get(base_key(e.key)), rule, len(cands),
+                                      want=FASTER)
+        return replace(e, confirm=nums, verdict=FASTER if ok else UNSURE, reason=f"{r.reason}; {why}")
     return e
 
 
@@ -294,7 +312,7 @@ def compare_sides(head_rows: list[dict], head_samples: dict[str, list[float]], b
 
     Rows on one side only are listed under new (head only) / removed (base only), never compared. The rule's
     version picks the decision (an ab.json is always re-derived with the rule it was made with); `confirm`
-    holds version 2's confirmation-round samples (head keys' and base keys' times).
+    holds the confirmation-round samples (version 2 on) (head keys' and base keys' times).
     """
     v2 = rule.rule_version >= 2
     entries, comparable, heads, bases = _join(head_rows, head_samples, base_rows, base_samples, unique=v2)

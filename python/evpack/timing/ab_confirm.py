@@ -1,9 +1,10 @@
-"""The A/B's confirmation round in the benchmark process (rule version 2, timing/ab.py).
+"""The A/B's confirmation round in the benchmark process (rule version 2 on, timing/ab.py).
 
-After the suite, the rows that the first round would call SLOWER (per-row rule and Benjamini-Hochberg:
-ab.candidates) are timed again, before any verdict: per shape, fresh inputs (ShapeRunner.confirm), every
-candidate's head and base interleaved in the same rounds, in the row's mode. A row that the time budget
-(BUDGET_FRACTION of the A/B's measuring budget) leaves unconfirmed reads UNSURE, never SLOWER. GPU only.
+After the suite, the rows that the first round would call SLOWER, or from rule version 3 FASTER (per-row rule
+and Benjamini-Hochberg: ab.candidates), are timed again, before any verdict: per shape, fresh inputs
+(ShapeRunner.confirm), every candidate's head and base interleaved in the same rounds, in the row's mode. A row
+that the time budget (BUDGET_FRACTION of the A/B's measuring budget) leaves unconfirmed reads UNSURE, never
+SLOWER or FASTER. GPU only.
 """
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ class Confirm:
 
 @dataclass(frozen=True)
 class ConfirmSamples:
-    """Rule version 2's confirmation-round samples: {head key: times} and {base key: times}."""
+    """The confirmation-round samples (rule version 2 on): {head key: times} and {base key: times}."""
 
     head: dict = field(default_factory=dict)
     base: dict = field(default_factory=dict)

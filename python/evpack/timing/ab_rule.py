@@ -1,5 +1,6 @@
 """The A/B verdict rule (timing/ab.py) as a frozen record: the numbers the verdict uses and the words ab.json
-carries, written by to_json() as ab.json's `rule` (version 1's rule has no version, fdr_q or confirm_alpha)."""
+carries, written by to_json() as ab.json's `rule` (version 1's rule has no version, fdr_q or confirm_alpha). Every
+version stays in RULES: an ab.json is re-derived with the rule it was made with."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ class Rule:
     slower: str
     faster: str
     same: str
-    version: int | None = None  # rule version 2 on: FDR control (fdr_q) and a confirmation round (confirm_alpha)
+    version: int | None = None  # rule version 2 on: FDR control (fdr_q) and a confirmation round (confirm_alpha);
+    # version 3 on: FASTER is confirmed as SLOWER is
     fdr_q: float | None = None
     confirm_alpha: float | None = None
 
@@ -42,10 +44,9 @@ RULE_V1 = Rule(
     faster="CI hi < 1 and ratio < 1 - min_effect",
     same="1 - min_effect <= CI lo and CI hi <= 1 + min_effect",
 )
-RULE_VERSION = 2
-RULE = Rule(
+RULE_V2 = Rule(
     name="median-ratio-ci-fdr-confirmed",
-    version=RULE_VERSION,
+    version=2,
     test=RULE_V1.test + "; one-sided rank-sum p-value of head vs base x (1 +- min_effect)",
     conf=0.99,
     min_effect=0.02,
@@ -58,4 +59,20 @@ RULE = Rule(
     faster="CI hi < 1, ratio < 1 - min_effect, p significant under Benjamini-Hochberg at fdr_q",
     same="1 - min_effect <= CI lo and CI hi <= 1 + min_effect",
 )
-RULES = {1: RULE_V1, RULE_VERSION: RULE}
+RULE_VERSION = 3
+RULE = Rule(
+    name="median-ratio-ci-fdr-confirmed-both-ways",
+    version=RULE_VERSION,
+    test=RULE_V2.test,
+    conf=RULE_V2.conf,
+    min_effect=RULE_V2.min_effect,
+    min_n=RULE_V2.min_n,
+    fdr_q=RULE_V2.fdr_q,
+    confirm_alpha=RULE_V2.confirm_alpha,
+    slower=RULE_V2.slower,
+    faster="CI hi < 1, ratio < 1 - min_effect, p significant under Benjamini-Hochberg at fdr_q over the "
+           "compared rows; confirmed by a second same-run round: CI hi < 1, ratio < 1 - min_effect, "
+           "p <= confirm_alpha / rows re-timed",
+    same=RULE_V2.same,
+)
+RULES = {1: RULE_V1, 2: RULE_V2, RULE_VERSION: RULE}

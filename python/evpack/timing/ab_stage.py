@@ -6,7 +6,7 @@ Files (only in a run with `--baseline REF` / `--self-check`):
   ab_samples.csv.xz                           the base's raw samples (same columns as samples.csv.xz)
   ab.json                                     ab.build_ab(): meta, rule, base records, verdicts; written as
                                               ab.json.xz when over AB_XZ_FROM_BYTES (385 KB per shard of a full suite)
-  ab_confirm_samples.csv.xz                   rule version 2: the confirmation round's samples (head and
+  ab_confirm_samples.csv.xz                   rule version 2 on: the confirmation round's samples (head and
                                               base) of the rows re-timed before a SLOWER verdict; their
                                               records are ab.json's confirm_records
 Older packs hold the samples as .csv.gz and ab.json plain: every reader takes either form (packfs.member, one
