@@ -441,6 +441,46 @@ def test_a_faster_row_needs_its_confirmation_round():
     assert e["verdict"] == ab.UNSURE and out["counts"][ab.FASTER] == 0 and out["regressions"] == []
 
 
+def test_the_confirmation_round_times_every_slower_candidate_before_any_faster_one(monkeypatch):
+    """ab_confirm: a change that makes many rows faster (or noisy that way) cannot spend the confirmation budget
+    that a regression needs: every shape's SLOWER candidates are timed first, the FASTER ones after them on
+    inputs of their own (round_no 1), and a budget spent on the regressions leaves the speedups unconfirmed."""
+    from types import SimpleNamespace
+
+    from evpack.timing import ab_confirm
+
+    rng = random.Random(11)
+    shapes = [f"B=1,H=1,S={s},D=64,dtype=fp16,causal=0" for s in (64, 128, 256, 512)]
+    records, samples = [], {}
+    for i, shape in enumerate(shapes):  # the regression is in the last shape; the speedups in every shape
+        for config, shift in [("fast", -0.08), ("fast2", -0.08)] + ([("slow", 0.08)] if i == 3 else []):
+            h, b = _rec("evpack", "mma", config, shape=shape), _rec("base", "mma", config, shape=shape)
+            records += [h, b]
+            samples[h["key"]] = _timings(rng, 100, 60.0, 0.004, shift=shift)
+            samples[b["key"]] = _timings(rng, 100, 60.0, 0.004)
+    calls, clock = [], [0.0]
+    monkeypatch.setattr(ab_confirm.time, "perf_counter", lambda: clock[0])
+
+    class Runner:
+        base, budget_s, rule = object(), 1e9, SimpleNamespace(time_cap_s=0.1)
+
+        def confirm(self, ss, pairs, cap_s, round_no=0):
+            calls.append((ss.shape.key, tuple(c for _, c, _ in pairs), round_no))
+            clock[0] += 1.5  # each shape's round takes 1.5 s
+            return [], {}
+
+    suite = SimpleNamespace(shapes=[SimpleNamespace(shape=SimpleNamespace(key=k)) for k in shapes])
+    ab_confirm.run(Runner(), suite, records, samples)
+    assert calls[0] == (shapes[3], ("slow",), 0)  # the regression first, though its shape comes last
+    assert [(k, sorted(c), r) for k, c, r in calls[1:]] == [(k, ["fast", "fast2"], 1) for k in shapes]
+    # a budget (half of budget_s) that the first shape's round spends: the regression is still confirmed, the
+    # speedups are not
+    calls.clear()
+    Runner.budget_s = 2.0
+    ab_confirm.run(Runner(), suite, records, samples)
+    assert calls == [(shapes[3], ("slow",), 0)]
+
+
 def test_version_2_ab_json_keeps_its_one_round_faster(tmp_path):
     """An ab.json made under rule version 2 decided FASTER in one round; it is re-derived that way, so a pack of
     that time keeps verifying, and a file that claims version 3 over version 2's decisions is refused."""

@@ -232,3 +232,8 @@ def test_confirmation_round_times_head_and_base_again(tmp_path):
     ratio = [math.log(sorted(samples[r["key"]])[len(samples[r["key"]]) // 2] /
                       sorted(samples[ab.base_key(r["key"])])[len(samples[ab.base_key(r["key"])]) // 2]) for r in head]
     assert all(abs(x) < 0.05 for x in ratio), ratio  # one binary against a copy of itself
+    # the FASTER candidates' round of the same shape (ab_confirm's round_no 1) runs on inputs of its own
+    again, more = runner.confirm(ss, [(v, c, "cold")], 0.2, round_no=1)
+    assert len(again) == 2 and all(r["status"] == "ok" for r in again)
+    assert all(len(more[r["key"]]) >= 5 for r in again)
+    assert all(r["content_uniqueness"] in uniqueness.METHODS for r in again if r["impl"] == sm.OURS)

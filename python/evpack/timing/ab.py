@@ -264,12 +264,19 @@ def first_round(comparable: dict, rule: Rule = RULE) -> tuple[dict[str, FirstRou
     return rounds, sorted(cands), fast
 
 
+def candidate_verdicts(head_rows: list[dict], head_samples: dict[str, list[float]], base_rows: list[dict],
+                       base_samples: dict[str, list[float]], rule: Rule = RULE) -> dict[str, str]:
+    """{key: SLOWER or FASTER}: the head's rows that the rule re-times before it may call them SLOWER (and, from
+    version 3, FASTER), each with the verdict its confirmation round has to show again."""
+    _, comparable, _, _ = _join(head_rows, head_samples, base_rows, base_samples, unique=True)
+    rounds, cands, _ = first_round(comparable, rule)
+    return {k: rounds[k].v1 for k in cands}
+
+
 def candidates(head_rows: list[dict], head_samples: dict[str, list[float]], base_rows: list[dict],
                base_samples: dict[str, list[float]], rule: Rule = RULE) -> list[str]:
-    """Keys of the head's rows that the rule re-times before it may call them SLOWER (and, from version 3,
-    FASTER)."""
-    _, comparable, _, _ = _join(head_rows, head_samples, base_rows, base_samples, unique=True)
-    return first_round(comparable, rule)[1]
+    """The keys of candidate_verdicts, sorted."""
+    return sorted(candidate_verdicts(head_rows, head_samples, base_rows, base_samples, rule))
 
 
 def _verdicts_v2(entries: list[Entry], comparable: dict, rule: Rule,

@@ -342,15 +342,18 @@ class ShapeRunner:
                 return harness.CheckResult(bad, True, baselines.max_abs_err(timed_out, ref), bound)
         return check
 
-    def confirm(self, ss, pairs: list[tuple[str, str, str]], cap_s: float) -> tuple[list[dict], dict]:
+    def confirm(self, ss, pairs: list[tuple[str, str, str]], cap_s: float,
+                round_no: int = 0) -> tuple[list[dict], dict]:
         """The A/B's confirmation round for some rows of one shape: pairs = (variant, config, mode) of rows of ours
-        whose base twin exists. Each (head, base) pair is timed again on fresh inputs (seed ^ CONFIRM_SEED_XOR),
-        every pair of a mode interleaved as in the run. Returns (records, samples) keyed like the run's rows."""
+        whose base twin exists. Each (head, base) pair is timed again on fresh inputs (seed ^ CONFIRM_SEED_XOR,
+        and a content stream of its own per round_no: ab_confirm times a shape's SLOWER and FASTER candidates in
+        two calls), every pair of a mode interleaved as in the run. Returns (records, samples) keyed like the
+        run's rows."""
         shape = ss.shape
         self._tags = ss.tags
         self.suite_causal = shape.causal
         n_sets, n_pool = self.set_counts(ss)
-        seed = zlib.crc32(shape.key.encode()) ^ CONFIRM_SEED_XOR
+        seed = (zlib.crc32(shape.key.encode()) ^ CONFIRM_SEED_XOR) + (round_no << 32)
         self.pool = ContentPool((shape.B, shape.H, shape.S, shape.D), TORCH_DTYPES[shape.dtype], n_pool, seed)
         self.n_sets = n_sets
         records, samples = [], {}
