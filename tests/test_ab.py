@@ -487,12 +487,12 @@ def test_version_2_ab_json_keeps_its_one_round_faster(tmp_path):
     from evpack.timing.summary import write_samples
 
     heads, hs, bases, bs = _standin_fast()
-    old = ab.build_ab(_meta(), heads, hs, bases, bs, rule=ab.RULES[2], confirm=_confirm_of([SLOW_KEY]))
+    again = _confirm_of([SLOW_KEY])
+    old = ab.build_ab(_meta(), heads, hs, bases, bs, rule=ab.RULES[2], confirm=again)
     assert old["rule_version"] == 2 and old["confirm_keys"] == [SLOW_KEY]
     assert next(e for e in old["rows"] if e["key"] == FAST_KEY)["verdict"] == ab.FASTER
     (tmp_path / ab.AB_FILE).write_text(json.dumps(old))
     write_samples(tmp_path / ab.BASE_SAMPLES_FILE, bases, bs)
-    again = _confirm_of([SLOW_KEY])
     write_samples(tmp_path / ab_stage.CONFIRM_SAMPLES_FILE, heads + bases, {**again.head, **again.base})
     derived, problem = ab_stage.derive(tmp_path, heads, hs, "b" * 40)
     assert problem == "" and derived["rows"] == old["rows"] and derived["counts"] == old["counts"]

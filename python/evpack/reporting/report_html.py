@@ -66,10 +66,8 @@ _COMMA = re.compile(r",(?=\S)")
 
 
 def _text(self, tokens, idx, options, env) -> str:
-    """Plain text, escaped first; then a break opportunity after each comma inside a word."""
-    from markdown_it.common.utils import escapeHtml  # noqa: PLC0415
-
-    return _COMMA.sub(",<wbr>", escapeHtml(tokens[idx].content))
+    """Plain text as markdown-it renders it (escaped); then a break opportunity after each comma inside a word."""
+    return _COMMA.sub(",<wbr>", type(self).text(self, tokens, idx, options, env))
 
 
 def _wrapped(open_: bool):

@@ -3,7 +3,7 @@ carries, written by to_json() as ab.json's `rule` (version 1's rule has no versi
 version stays in RULES: an ab.json is re-derived with the rule it was made with."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -60,19 +60,12 @@ RULE_V2 = Rule(
     same="1 - min_effect <= CI lo and CI hi <= 1 + min_effect",
 )
 RULE_VERSION = 3
-RULE = Rule(
+RULE = replace(
+    RULE_V2,
     name="median-ratio-ci-fdr-confirmed-both-ways",
     version=RULE_VERSION,
-    test=RULE_V2.test,
-    conf=RULE_V2.conf,
-    min_effect=RULE_V2.min_effect,
-    min_n=RULE_V2.min_n,
-    fdr_q=RULE_V2.fdr_q,
-    confirm_alpha=RULE_V2.confirm_alpha,
-    slower=RULE_V2.slower,
     faster="CI hi < 1, ratio < 1 - min_effect, p significant under Benjamini-Hochberg at fdr_q over the "
            "compared rows; confirmed by a second same-run round: CI hi < 1, ratio < 1 - min_effect, "
            "p <= confirm_alpha / rows re-timed",
-    same=RULE_V2.same,
 )
 RULES = {1: RULE_V1, 2: RULE_V2, RULE_VERSION: RULE}
