@@ -1,9 +1,7 @@
 """What compute-sanitizer runs: one variant x config over small shapes that still cover tails.
 
-S = 17 and 65 are not multiples of any tile, and S = 700 has six 128-key tiles in few work
-items: a launch that splits its work items (wgmma, without the causal mask: scheduler.cuh
-tail_split) runs its pieces, their partial results in global memory and the merge; both
-dtypes, both head dims, causal and not. Outputs are checked for NaN so a silent fault is visible in the log
+S = 17 and 65 are not multiples of any tile; both dtypes, both head dims, causal
+and not. Outputs are checked for NaN so a silent fault is visible in the log
 too. Run with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so every tensor is its own
 allocation and out-of-bounds accesses cannot land in cached memory.
 
@@ -34,7 +32,7 @@ from evpack import registry
 from evpack.api import _extension, check_inputs
 from evpack.binary import loaded_binary
 
-SEQS = (17, 65, 700)
+SEQS = (17, 65)
 
 
 def host_qkv(b: int, h: int, s: int, d: int, dtype: str, seed: int):
