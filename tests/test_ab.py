@@ -176,7 +176,7 @@ def _decide(first: dict, second: dict, slow_variant: str | None = None, factor: 
     heads = {k: h for k, (h, _) in first.items()}
     bases = {ab.base_key(k): b for k, (_, b) in first.items()}
     base_rows = [dict(r, impl=ab.BASE, key=ab.base_key(r["key"])) for r in rows]
-    keys = ab.candidates(rows, heads, base_rows, bases, rule)
+    keys = sorted(ab.candidate_verdicts(rows, heads, base_rows, bases, rule))
     confirm = ab.ConfirmSamples(head={k: second[k][0] for k in keys}, base={ab.base_key(k): second[k][1] for k in keys})
     return ab.build_ab(_meta(), rows, heads, base_rows, bases, rule=rule, confirm=confirm)
 
@@ -361,7 +361,7 @@ def _confirm_of(keys, shift=0.08, seed=6):
 
 def test_build_ab_joins_rows_and_lists_one_sided_ones():
     heads, hs, bases, bs = _standin()
-    assert ab.candidates(heads, hs, bases, bs) == [SLOW_KEY]  # the one row a confirmation round re-times
+    assert sorted(ab.candidate_verdicts(heads, hs, bases, bs)) == [SLOW_KEY]  # the one row a confirmation round re-times
     out = ab.build_ab(_meta(), heads, hs, bases, bs, confirm=_confirm_of([SLOW_KEY]))
     by = {e["config"]: e for e in out["rows"]}
     assert set(by) == {"same", "slow", "wrong"}  # SDPA rows and unsupported rows are never compared
@@ -414,8 +414,8 @@ def test_a_faster_row_needs_its_confirmation_round():
     """Rule version 3: a FASTER row is re-timed and confirmed as a SLOWER one is; without a round that shows the
     speedup again it reads UNSURE, never FASTER."""
     heads, hs, bases, bs = _standin_fast()
-    assert ab.candidates(heads, hs, bases, bs) == sorted([FAST_KEY, SLOW_KEY])
-    assert ab.candidates(heads, hs, bases, bs, ab.RULES[2]) == [SLOW_KEY]  # version 2 re-timed SLOWER rows only
+    assert sorted(ab.candidate_verdicts(heads, hs, bases, bs)) == sorted([FAST_KEY, SLOW_KEY])
+    assert sorted(ab.candidate_verdicts(heads, hs, bases, bs, ab.RULES[2])) == [SLOW_KEY]  # version 2 re-timed SLOWER rows only
 
     def fast_row(confirm):
         out = ab.build_ab(_meta(), heads, hs, bases, bs, confirm=confirm)
@@ -514,7 +514,7 @@ def test_a_side_whose_timed_content_repeated_is_never_compared():
     assert by["same"]["verdict"] == ab.SAME
     assert by["slow"]["verdict"] == ab.UNSURE and "base timed content not unique" in by["slow"]["reason"]
     assert out["regressions"] == [] and out["confirm_keys"] == []
-    assert ab.candidates(heads, hs, bases, bs) == []
+    assert sorted(ab.candidate_verdicts(heads, hs, bases, bs)) == []
 
 
 def test_version_1_rule_is_kept_for_older_ab_json(tmp_path):

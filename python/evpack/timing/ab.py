@@ -273,11 +273,6 @@ def candidate_verdicts(head_rows: list[dict], head_samples: dict[str, list[float
     return {k: rounds[k].v1 for k in cands}
 
 
-def candidates(head_rows: list[dict], head_samples: dict[str, list[float]], base_rows: list[dict],
-               base_samples: dict[str, list[float]], rule: Rule = RULE) -> list[str]:
-    """The keys of candidate_verdicts, sorted."""
-    return sorted(candidate_verdicts(head_rows, head_samples, base_rows, base_samples, rule))
-
 
 def _verdicts_v2(entries: list[Entry], comparable: dict, rule: Rule,
                  confirm: ConfirmSamples | None) -> tuple[list[Entry], list[str]]:

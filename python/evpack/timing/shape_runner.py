@@ -30,8 +30,9 @@ interleaved rounds as their head twins and re-checked the same way, as rows of i
 stage keeps out of summary.json (bench/ab.json instead).
 Per-measurement time caps shrink when the suite's budget_s runs short.
 
-Confirmation round of the A/B (ShapeRunner.confirm): the rows ab.candidates() would call SLOWER are timed
-again after the suite, head and base interleaved on fresh inputs of their shape, before any verdict.
+Confirmation round of the A/B (ShapeRunner.confirm): the rows ab.candidate_verdicts() would call SLOWER (rule
+version 3: or FASTER) are timed again after the suite, head and base interleaved on fresh inputs of their shape,
+before any verdict.
 """
 from __future__ import annotations
 
