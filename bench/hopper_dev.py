@@ -56,8 +56,10 @@ TIMED_NAMES = ("d64", "d64c", "d128", "d128c", "bf16", "b32h32", "s2048", "s4096
                "b2h8")  # in order
 SHAPE_GROUPS = {"all": TIMED_NAMES, "s512": TIMED_NAMES[:5], "causal": ("d64c", "d128c"),
                 "long": ("b32h32", "s2048", "s4096"), "short": ("s256", "s128", "b4", "b2h8")}
-# (B, H, S): > 132 work items of 128 query rows (several per persistent CTA), with a seqlen tail
-MULTI_ITEM = ((64, 8, 77), (8, 16, 200), (4, 16, 1000))
+# (B, H, S): > 132 work items of 128 query rows (several per persistent CTA), with a seqlen tail; B1 H23 S1000:
+# 184 items of 128 rows (138 of 192), one round of 132 and 52 (6) left, which a tail_split config runs split across
+# the grid after it
+MULTI_ITEM = ((64, 8, 77), (8, 16, 200), (4, 16, 1000), (1, 23, 1000))
 SDPA = ("flash", "cudnn")
 
 

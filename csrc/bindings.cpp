@@ -12,6 +12,7 @@
 // Not <torch/extension.h>: it includes all of libtorch's C++ API (nn, optim, autograd, ...) and made this
 // file the build's slowest object by three times. A tensor and pybind11's converter for it are all it uses.
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
@@ -68,6 +69,19 @@ void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& q) {
                 ") = ", t.stride(d), ") must be a multiple of 8 elements (16-byte aligned rows)");
   }
 }
+
+// Scratch memory for a launch (FwdParams::scratch): byte tensors on q's device from torch's allocator, held until
+// forward() returns. The allocator orders their reuse on the current stream, the one the Python API launches on.
+struct Scratch {
+  at::TensorOptions options;
+  std::vector<at::Tensor> held;
+
+  static void* allocate(void* ctx, size_t bytes) {
+    auto* self = static_cast<Scratch*>(ctx);
+    self->held.push_back(at::empty({static_cast<int64_t>(bytes)}, self->options));
+    return self->held.back().data_ptr();
+  }
+};
 
 // Why no kernel matches (variant, config, dtype, head_dim): names what this extension holds. Cold path.
 void lookup_failed(const std::string& variant, const std::string& config, const char* dtype,
@@ -129,6 +143,9 @@ void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::
   p.head_dim = static_cast<int>(head_dim);
   p.scale = static_cast<float>(scale);
   p.causal = causal;
+  Scratch scratch{q.options().dtype(at::kByte), {}};
+  p.scratch = &Scratch::allocate;
+  p.scratch_ctx = &scratch;
 
   const cudaError_t launch_err = entry->launch(p, reinterpret_cast<cudaStream_t>(stream));
   const cudaError_t last_err = cudaGetLastError();  // also clears a non-sticky error for the next call

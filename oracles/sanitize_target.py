@@ -1,7 +1,11 @@
 """What compute-sanitizer runs: one variant x config over small shapes that still cover tails.
 
 S = 17 and 65 are not multiples of any tile; both dtypes, both head dims, causal
-and not. Outputs are checked for NaN so a silent fault is visible in the log
+and not. B1 H136 S17 has more query tiles than an H200 has SMs, so a persistent CTA
+runs a second work item after its first (the rings and the Q buffers carry over).
+S = 700 has six 128-key tiles in few work items: a config that splits the last round
+(wgmma's tail_split configs, without the causal mask) runs its pieces, their partial
+results in global memory and the merge. Outputs are checked for NaN so a silent fault is visible in the log
 too. Run with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so every tensor is its own
 allocation and out-of-bounds accesses cannot land in cached memory.
 
@@ -32,7 +36,7 @@ from evpack import registry
 from evpack.api import _extension, check_inputs
 from evpack.binary import loaded_binary
 
-SEQS = (17, 65)
+SHAPES = ((1, 2, 17), (1, 2, 65), (1, 136, 17), (1, 2, 700))  # (B, H, S)
 
 
 def host_qkv(b: int, h: int, s: int, d: int, dtype: str, seed: int):
@@ -52,9 +56,9 @@ def main() -> int:
     calls = 0
     for dtype in var.dtypes:
         for d in var.head_dims_for(var.config(args.config)):
-            for s in SEQS:
+            for b, h, s in SHAPES:
                 for causal in (False, True):
-                    q, k, v = host_qkv(1, 2, s, d, dtype, seed=s + d)
+                    q, k, v = host_qkv(b, h, s, d, dtype, seed=s + d)
                     _, cfg, scale = check_inputs(q, k, v, variant=var.name, config=args.config,
                                                  include_canaries=True)
                     out = torch.empty_like(q)  # a fresh allocation that nothing has written

@@ -505,7 +505,7 @@ def _non_causal_called_causal(calls: list[dict]) -> None:
 
     for c in calls:
         if not c["causal"]:
-            m, n = (int(x) for x in re.fullmatch(r"m(\d+)n(\d+)w\d+s\d+", c["config"]).groups())
+            m, n = (int(x) for x in re.fullmatch(r"m(\d+)n(\d+)w\d+s\d+t?", c["config"]).groups())
             c["causal"] = True
             c["required_flops"] = required_flops(c["B"], c["H"], c["S"], c["D"], True)
             c["tile_padded_flops"] = tile_padded_flops(c["B"], c["H"], c["S"], c["D"], True, m, n)

@@ -1,7 +1,7 @@
 """One profiled launch each of ours (D=64, D=128) and SDPA's flash / cuDNN backends at B=16, H=16,
 S=512, fp16, between cudaProfilerStart/Stop, for Nsight Compute. With the argument `hopper`: the
-wgmma variant and cuDNN instead (the config the dispatch table picks for each shape: m192n128w16s2 at D=64,
-m128n128w12s2 causal and at D=128), at D=64, D=64 causal, D=128 and B=2 S=4096 D=64. From the repo root,
+wgmma variant and cuDNN instead (m192n128w16s2 at D=64, m128n128w12s2 causal and at D=128), at D=64, D=64
+causal, D=128 and B=2 S=4096 D=64, then m192n128w16s2t (the split last round) at B=2 S=4096 D=64. From the repo root,
 after a build:
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight \
@@ -53,6 +53,7 @@ HOPPER = [  # (name, call, D, SDPA backend, B, S)
     ("cudnn128", sdpa, 128, SDPBackend.CUDNN_ATTENTION, 16, 512),
     ("wgmma192_64_s4096", wgmma(False, "m192n128w16s2"), 64, None, 2, 4096),
     ("cudnn64_s4096", sdpa, 64, SDPBackend.CUDNN_ATTENTION, 2, 4096),
+    ("wgmma192t_64_s4096", wgmma(False, "m192n128w16s2t"), 64, None, 2, 4096),  # the last round split
 ]
 if sys.argv[1:] == ["hopper"]:
     CALLS = HOPPER

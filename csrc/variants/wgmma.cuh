@@ -5,6 +5,7 @@
 //   wgmma/pipeline.cuh   the K/V ring and the Q buffers between producer and consumers (mbarriers)
 //   wgmma/mainloop.cuh   the producer's loads; the consumers' wgmmas over an item's K/V tiles (pingpong)
 //   wgmma/softmax.cuh    the online softmax in registers
+//   wgmma/split.cuh      the pieces of a split work item: partial results, and the merge by the last piece
 //   wgmma/epilogue.cuh   O / l through shared memory to a TMA store
 //   wgmma/tma_maps.cuh   host: the TMA descriptors
 //
@@ -47,7 +48,7 @@ __global__ void __launch_bounds__(Shape<Cfg, kHeadDim>::kThreads, 1)
   using S = Shape<Cfg, kHeadDim>;
   extern __shared__ uint8_t smem_raw[];
   const SharedStorage<S> sm(smem_raw);
-  const Scheduler<S> sched(p, tma.head_major);
+  const Scheduler<S> sched(p, tma.head_major, tma.whole_items, tma.splits);
   // Broadcast from lane 0, so the compiler knows it is warp-uniform: the branches on it stay uniform and the ring
   // positions stay in uniform registers (3 consumers: -2.5 to -4%; bench/NOTES.md, wgmma section 7).
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
@@ -88,9 +89,15 @@ cudaError_t launch(const FwdParams& p, cudaStream_t stream) {
   int sms = 0;
   err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
-  // Persistent: one CTA per SM (or per work item, if fewer), each looping over work items.
+  // Persistent: one CTA per SM (or per work index, if fewer), each looping over work indices.
   const int n_m = (p.seqlen + S::kBlockM - 1) / S::kBlockM;
-  const long long work = static_cast<long long>(n_m) * p.batch * p.heads;
+  const long long items = static_cast<long long>(n_m) * p.batch * p.heads;
+  detail::TailSplit split{items, 1};  // whole items only, unless the config splits (TAIL_SPLIT) and this launch may
+  if constexpr (S::kTailSplit)
+    split = detail::tail_split(items, sms, (p.seqlen + S::kBlockN - 1) / S::kBlockN, p.causal);
+  err = detail::split_scratch<S, kHeadDim>(&maps, &split, items, p, stream);
+  if (err != cudaSuccess) return err;
+  const long long work = split.n_work(items);
   const dim3 grid(static_cast<unsigned>(work < sms ? work : sms));
   maps.head_major = p.causal && detail::causal_head_major(n_m, p.batch * p.heads, static_cast<int>(grid.x),
                                                           p.seqlen, S::kBlockM, S::kBlockN);

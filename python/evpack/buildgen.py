@@ -85,10 +85,11 @@ def instantiation_source(variant, dtype: str, head_dim: int) -> str:
     for cfg in variant.configs_for(head_dim):
         if not _IDENT.match(cfg.name):
             raise ValueError(f"variant {variant.name}: config name {cfg.name!r} is not a C++ identifier")
-        lines.append(
-            f"EVPACK_INSTANTIATE({variant.name}, {cfg.name}, {cfg.block_m}, {cfg.block_n}, {cfg.warps}, "
-            f"{cfg.stages}, {CXX_TYPES[dtype]}, {dtype}, {head_dim})"
-        )
+        tile = f"{cfg.name}, {cfg.block_m}, {cfg.block_n}, {cfg.warps}, {cfg.stages}"
+        if cfg.tail_split:
+            tile = f"{tile}, true"
+        macro = "EVPACK_INSTANTIATE_SPLIT" if cfg.tail_split else "EVPACK_INSTANTIATE"
+        lines.append(f"{macro}({variant.name}, {tile}, {CXX_TYPES[dtype]}, {dtype}, {head_dim})")
     return "\n".join(lines) + "\n"
 
 

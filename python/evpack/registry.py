@@ -32,6 +32,9 @@ class TileConfig:
     # The head dims this config is built for, of its variant's; empty: every one of them (a config whose
     # registers fit one head dim only, e.g. three consumer warpgroups of wgmma at D=64).
     head_dims: tuple[int, ...] = ()
+    # The last round of a launch may be split across the grid (wgmma: scheduler.cuh tail_split): a kernel of
+    # its own (TileConfig<..., TAIL_SPLIT> in C++), so the configs without it keep the code they had.
+    tail_split: bool = False
 
     @property
     def threads(self) -> int:
@@ -121,8 +124,10 @@ def _canary(name: str, source: str, kind: str, description: str, caught_by: str)
                    dtypes=("fp16",), head_dims=(64,))
 
 
-def _cfg(block_m: int, block_n: int, warps: int, stages: int = 1, head_dims: tuple[int, ...] = ()) -> TileConfig:
-    return TileConfig(f"m{block_m}n{block_n}w{warps}s{stages}", block_m, block_n, warps, stages, head_dims)
+def _cfg(block_m: int, block_n: int, warps: int, stages: int = 1, head_dims: tuple[int, ...] = (),
+         tail_split: bool = False) -> TileConfig:
+    name = f"m{block_m}n{block_n}w{warps}s{stages}" + ("t" if tail_split else "")
+    return TileConfig(name, block_m, block_n, warps, stages, head_dims, tail_split)
 
 
 VARIANTS: tuple[Variant, ...] = (
@@ -160,7 +165,11 @@ VARIANTS: tuple[Variant, ...] = (
         #   beside two Q tiles and the O tile). 64-key tiles with a 4-deep ring lost (bench/NOTES.md).
         # m192n128w16s2: 3 consumer warpgroups (setmaxnreg 32/160: head dim 64 only): faster at D=64 without
         #   the causal mask, slower with it (bench/NOTES.md, wgmma section 6); the dispatch table picks per shape.
-        configs=(_cfg(128, 128, 12, 2), _cfg(192, 128, 16, 2, head_dims=(64,))),
+        # m192n128w16s2t: the same, and a non-causal launch whose last round would leave half the grid idle
+        #   splits that round's items into pieces of their K/V tiles (bench/NOTES.md, wgmma sections 9 and 11):
+        #   faster at S >= 2048, slower where no split is taken, so it is a config of its own.
+        configs=(_cfg(128, 128, 12, 2), _cfg(192, 128, 16, 2, head_dims=(64,)),
+                 _cfg(192, 128, 16, 2, head_dims=(64,), tail_split=True)),
         description="FlashAttention-3 design for sm_90a: a TMA producer warp, K/V ring on mbarriers, "
         "two consumer warpgroups on wgmma (Q.K^T from shared memory, P.V with P in registers), "
         "setmaxnreg 24/240, exp2 softmax overlapped with the previous tile's P.V",

@@ -1,6 +1,7 @@
 // Runtime parameters of one attention forward launch (shared by the binding and every kernel).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace evpack {
@@ -19,6 +20,11 @@ struct FwdParams {
   int batch, heads, seqlen, head_dim;
   float scale;  // softmax scale applied to q.k (usually 1/sqrt(head_dim))
   bool causal;
+
+  // Host side: device scratch memory for a launch that needs some (wgmma's split work items), ordered on the
+  // launch's stream and kept until the launch has run; nullptr when none can be had (the launch does without).
+  void* (*scratch)(void* ctx, size_t bytes);
+  void* scratch_ctx;
 };
 
 }  // namespace evpack

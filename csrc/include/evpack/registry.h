@@ -83,11 +83,15 @@ constexpr bool str_equal(const char* a, const char* b) {
 }  // namespace evpack
 
 #define EVPACK_INSTANTIATE(VARIANT, CONFIG, BM, BN, WARPS, STAGES, T, DTYPE, D) \
-  namespace evpack {                                                           \
-  namespace VARIANT {                                                          \
-  struct cfg_##CONFIG : ::evpack::TileConfig<BM, BN, WARPS, STAGES> {};        \
-  }                                                                            \
-  }                                                                            \
+  EVPACK_INSTANTIATE_SPLIT(VARIANT, CONFIG, BM, BN, WARPS, STAGES, false, T, DTYPE, D)
+
+// The same, with TileConfig's TAIL_SPLIT (a registry config with tail_split=True: buildgen writes this form).
+#define EVPACK_INSTANTIATE_SPLIT(VARIANT, CONFIG, BM, BN, WARPS, STAGES, SPLIT, T, DTYPE, D) \
+  namespace evpack {                                                                     \
+  namespace VARIANT {                                                                    \
+  struct cfg_##CONFIG : ::evpack::TileConfig<BM, BN, WARPS, STAGES, SPLIT> {};           \
+  }                                                                                      \
+  }                                                                                      \
   EVPACK_REGISTER(VARIANT, CONFIG, T, DTYPE, D)
 
 #define EVPACK_REGISTER(VARIANT, CONFIG, T, DTYPE, D)                                              \

@@ -16,13 +16,16 @@
 
 namespace evpack {
 
-template <int BM, int BN, int WARPS, int STAGES>
+template <int BM, int BN, int WARPS, int STAGES, bool TAIL_SPLIT = false>
 struct TileConfig {
   static constexpr int kBlockM = BM;   // query rows per CTA
   static constexpr int kBlockN = BN;   // keys per K/V tile
   static constexpr int kWarps = WARPS;
   static constexpr int kStages = STAGES;  // K/V tiles resident in shared memory
   static constexpr int kThreads = 32 * WARPS;
+  // A variant that schedules work items may split the last round of a launch across the grid (wgmma:
+  // scheduler.cuh tail_split); a config without it is built without that code.
+  static constexpr bool kTailSplit = TAIL_SPLIT;
 };
 
 constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))

@@ -14,11 +14,18 @@ constexpr int kBoxCols = 64;          // 64 elements of T = 128 bytes: the wides
 constexpr int kBoxRowBytes = 128;
 
 
-// The four TMA descriptors of one launch and its causal work order (TileScheduler), passed by value as a
+// The four TMA descriptors of one launch and its work order (TileScheduler), passed by value as a
 // __grid_constant__ kernel parameter.
 struct TmaMaps {
   CUtensorMap q, k, v, o;
   int head_major;  // causal only: 1 = head-major rotated order, 0 = longest first
+  // TAIL_SPLIT configs, not causal: the work items from `whole_items` on (fewer than the grid) run as `splits` pieces each, a piece
+  // a share of the item's K/V tiles on a CTA of its own (1: no item is split; split.cuh). A piece's consumers
+  // leave their unnormalised O, max and sum in `partials`; `arrivals` (zeroed before the launch) counts the
+  // pieces done per item and consumer warpgroup.
+  int whole_items, splits;
+  float* partials;
+  int* arrivals;
 };
 
 template <class Cfg, int kHeadDim>
@@ -40,6 +47,7 @@ struct Shape {
   static constexpr int kKVBoxBytes = kBlockN * kBoxRowBytes; // one 64-column box of a K or V tile
   static constexpr int kMaxSmem = 227 * 1024;                // sm_90 opt-in limit per block
   static constexpr int kStages = Cfg::kStages;  // K/V ring depth
+  static constexpr bool kTailSplit = Cfg::kTailSplit;  // the last round may be split (scheduler.cuh)
   static constexpr int kSmemTiles = 3 * kQBytes /* 2 Q, O */ + 2 * kStages * kKVBytes;
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + kSmemTiles + 1024 /* barriers */;
 
@@ -52,6 +60,7 @@ struct Shape {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "wgmma: head_dim must be 64 or 128");
   static_assert(kStages >= 1, "wgmma: STAGES must be at least 1");
   static_assert(kSmemBytes <= kMaxSmem, "wgmma: Q tile + STAGES K/V tiles exceed the 227 KB shared-memory limit");
+  static_assert((4 + 4 * kStages) * 8 + 4 * kConsumers <= 1024, "wgmma: the barriers outgrow their 1024 bytes");
 };
 
 template <class Cfg, class T, int kHeadDim>
@@ -66,10 +75,12 @@ constexpr size_t dynamic_smem_bytes() {
 //   k   (STAGES, D / 64, BLOCK_N, 64)   T   K ring
 //   v   (STAGES, D / 64, BLOCK_N, 64)   T   V ring
 //   barriers: q_full[2], q_empty[2], k_full[S], v_full[S], k_empty[S], v_empty[S]
+//   last_piece[consumers]                   int  split items: whether this warpgroup's piece arrived last
 template <class S>
 struct SharedStorage {
   uint8_t *q, *o, *k, *v;
   uint64_t *q_full, *q_empty, *k_full, *v_full, *k_empty, *v_empty;
+  int* last_piece;
 
   __device__ __forceinline__ explicit SharedStorage(uint8_t* raw) {
     q = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
@@ -83,6 +94,7 @@ struct SharedStorage {
     v_full = k_full + S::kStages;
     k_empty = v_full + S::kStages;
     v_empty = k_empty + S::kStages;
+    last_piece = reinterpret_cast<int*>(v_empty + S::kStages);
   }
 };
 

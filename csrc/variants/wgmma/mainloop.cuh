@@ -21,12 +21,13 @@
 #include "pipeline.cuh"
 #include "scheduler.cuh"
 #include "softmax.cuh"
+#include "split.cuh"
 
 namespace evpack {
 namespace wgmma {
 
 template <class S>
-using Scheduler = TileScheduler<S::kBlockM, S::kBlockN>;
+using Scheduler = TileScheduler<S::kBlockM, S::kBlockN, S::kTailSplit>;
 
 template <class S>
 __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaMaps& tma, const SharedStorage<S>& sm,
@@ -46,8 +47,9 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaMaps&
     for (int b = 0; b < S::kDBoxes; ++b)
       hopper::tma_load_4d(sm.q + qs.slot() * S::kQBytes + b * S::kQBoxBytes, &tma.q, q_bar, b * kBoxCols, m0, head,
                           batch);
-    const int n_tiles = sched.kv_tiles(c.m_block);
-    for (int j = 0; j < n_tiles; ++j, kv.advance()) {
+    const int kv_begin = S::kTailSplit ? c.kv_begin : 0;
+    const int kv_end = S::kTailSplit ? c.kv_end : sched.kv_tiles(c.m_block);
+    for (int j = kv_begin; j < kv_end; ++j, kv.advance()) {
       const int n0 = j * S::kBlockN;
       uint64_t* k_bar = k_ring.acquire(kv, S::kKVBytes);
       for (int b = 0; b < S::kDBoxes; ++b)
@@ -144,6 +146,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
   const ConsumerMma<S, T, kHeadDim> mma(sm, consumer);
   const Epilogue<S, T, kHeadDim> epilogue(sm, tma, consumer);
   const Turns<S::kConsumers> turn(consumer);
+  const SplitPiece<S, kHeadDim> split(tma, sm, consumer);
   const Ring<2> q_ring{sm.q_full, sm.q_empty};
   const Ring<S::kStages> k_ring{sm.k_full, sm.k_empty}, v_ring{sm.v_full, sm.v_empty};
   PipelineState<2> qs;
@@ -159,7 +162,8 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
   for (int tile = sched.first(); sched.valid(tile); tile = sched.next(tile), qs.advance()) {
     const TileCoord c = sched.coord(tile);
     const int first_row = c.m_block * S::kBlockM + consumer * kRowsPerConsumer;  // this warpgroup's first row
-    const int n_tiles = sched.kv_tiles(c.m_block);
+    const int n_tiles = S::kTailSplit ? c.kv_end - c.kv_begin : sched.kv_tiles(c.m_block);
+    const int n_begin = S::kTailSplit ? c.kv_begin * kBlockN : 0;
     const int q = qs.slot();
     float alpha[2];
 
@@ -176,7 +180,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
     hopper::fence_operands(rS);
     k_ring.release(kv, lane);
     if (n_tiles == 1) q_ring.release(qs, lane);
-    scores_to_p(0, first_row, alpha);
+    scores_to_p(n_begin, first_row, alpha);
     mma.convert(rP, rS);
 
     // K/V tiles 1..n-1: S_j and P_{j-1}.V_{j-1} in flight together; the softmax of S_j overlaps P.V.
@@ -192,7 +196,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
       hopper::fence_operands(rS);
       k_ring.release(cur, lane);
       if (j == n_tiles - 1) q_ring.release(qs, lane);  // the producer may load a later work item's Q
-      scores_to_p(j * kBlockN, first_row, alpha);
+      scores_to_p(n_begin + j * kBlockN, first_row, alpha);
       hopper::wgmma_wait<0>();  // P.V_{j-1} done: rO and rP are ours again
       hopper::fence_operands(rO);
       hopper::fence_operands(rP);
@@ -211,6 +215,10 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
     hopper::fence_operands(rO);
     v_ring.release(last, lane);
     kv.advance(n_tiles);
+    // A piece of a split item: only the piece that finishes last stores, the merge of them all.
+    if constexpr (S::kTailSplit) {
+      if (c.piece >= 0 && !split.finish(rO, softmax, c.piece, sched.split_item(c.piece), sched.splits)) continue;
+    }
     float inv_l[2];
     softmax.inverse_sums(inv_l);
     epilogue.store(rO, inv_l, first_row, c.bh / p.heads, c.bh % p.heads, p.seqlen);

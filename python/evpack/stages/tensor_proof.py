@@ -181,7 +181,7 @@ def _split_text(text: str, shares: tuple) -> dict[str, str]:
     return split_batch_log(text, list(shares))
 
 
-_CONFIG_NAME = re.compile(r"m(\d+)n(\d+)w\d+s\d+")
+_CONFIG_NAME = re.compile(r"m(\d+)n(\d+)w\d+s\d+t?")  # registry._cfg: "t", a tail_split config
 _CALL_FIELDS = ("variant", "kind", "config", "dtype", "B", "H", "S", "D", "causal", "required_flops",
                 "tile_padded_flops")
 # the fields of a call's row the outcome's data keeps (data -> calls), in order
