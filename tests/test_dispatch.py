@@ -93,6 +93,7 @@ def test_size_class_boundary_is_the_sm_count():
 def test_short_sequences_are_a_class_of_their_own():
     """A tall query tile is mostly padding at S <= 256: the short shapes choose apart from the long ones."""
     assert dispatch.seq_class(dispatch.SHORT_SEQ) == "short" and dispatch.seq_class(dispatch.SHORT_SEQ + 1) == "long"
+    assert dispatch.seq_class(dispatch.LONG_SEQ) == "long" and dispatch.seq_class(dispatch.LONG_SEQ + 1) == "very long"
     table = _committed()
     classes = {(c["dtype"], c["head_dim"], c["causal"], c["size"], c["seq"]) for c in table["devices"][0]["choices"]}
     assert ("fp16", 64, False, "large", "short") in classes and ("fp16", 64, False, "large", "long") in classes

@@ -8,7 +8,8 @@ choice; the table names its source pack. Standard library only: no torch, no GPU
 Shape class: (dtype, head dim, causal, size, seq), size "small" when batch * heads is below the device's SM
 count (fewer (batch, head) pairs than SMs: small tiles fill the machine better) and "large" otherwise; seq
 "short" up to SHORT_SEQ keys, where a tall query tile is mostly padding (a 192-row tile holds S=128 in a third
-of its rows wasted), and "long" above.
+of its rows wasted), "long" up to LONG_SEQ, and "very long" above, where items of many K/V tiles make a partly idle
+last round worth splitting (wgmma's tail_split config, slower on shorter rows).
 For each class present in the pack, the candidates are the pack's own kernel rows (impl `evpack`, the
 benchmark's primary mode) that ran `ok` with an output error within the row's bound, on every shape of
 the class; the winner has the smallest geometric mean of the median times over those shapes. Only a
@@ -29,8 +30,9 @@ from .records.dispatch import DeviceEntry, DispatchTable
 from .records.pack import PackJson
 from .records.view import view
 
-TABLE_SCHEMA_VERSION = 2  # 2: the shape class has a sequence bucket (seq); a table of 1 is not read
+TABLE_SCHEMA_VERSION = 3  # 2: the shape class has a sequence bucket (seq); 3: seq "very long"; older ones not read
 SHORT_SEQ = 256
+LONG_SEQ = 1024
 TABLE_PATH = Path(__file__).with_name("dispatch_table.json")
 SOURCE_LABEL = "evidence:complete"
 SIZES = ("small", "large")
@@ -46,7 +48,7 @@ class ShapeClass:
     head_dim: int
     causal: bool
     size: str  # "small" / "large"
-    seq: str  # "short" / "long"
+    seq: str  # "short" / "long" / "very long"
 
     def key(self) -> str:
         return f"{self.dtype}/d{self.head_dim}/{'causal' if self.causal else 'full'}/{self.size}/{self.seq}"
@@ -57,7 +59,7 @@ def size_class(batch: int, heads: int, sm_count: int) -> str:
 
 
 def seq_class(seqlen: int) -> str:
-    return "short" if seqlen <= SHORT_SEQ else "long"
+    return "short" if seqlen <= SHORT_SEQ else "long" if seqlen <= LONG_SEQ else "very long"
 
 
 def shape_class(*, dtype: str, head_dim: int, causal: bool, batch: int, heads: int, seqlen: int,
@@ -132,7 +134,8 @@ def _generate(pack_dir: Path) -> dict:
         "mode": mode,
         "rule": "per shape class, the evpack (variant, config) with the smallest geometric mean of median "
                 "times over the class's shapes, among those that ran ok within their error bound on all of them; "
-                f"size 'small' when batch*heads < the device's SM count; seq 'short' when S <= {SHORT_SEQ}",
+                f"size 'small' when batch*heads < the device's SM count; seq 'short' when S <= {SHORT_SEQ}, "
+                f"'long' when S <= {LONG_SEQ}, 'very long' above",
         "devices": [{"name": device.name, "capability": str(device.capability),
                      "sm_count": int(device.sm_count), "choices": choices}],
     }
