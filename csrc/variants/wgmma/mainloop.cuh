@@ -22,6 +22,10 @@
 #include "scheduler.cuh"
 #include "softmax.cuh"
 
+#ifndef EVPACK_WGMMA_S0_AHEAD
+#define EVPACK_WGMMA_S0_AHEAD 1
+#endif
+
 namespace evpack {
 namespace wgmma {
 
@@ -156,6 +160,33 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
     softmax.online(rS, alpha);
   };
 
+#if EVPACK_WGMMA_S0_AHEAD
+  // S_0 of the first item, in a turn of its own; every later S_0 is issued with the last P.V of the item before.
+  int tile = sched.first();
+  if (!sched.valid(tile)) return;
+  q_ring.wait(qs);
+  k_ring.wait(kv);
+  turn.wait();
+  mma.qk(rS, qs.slot(), kv.slot());
+  turn.pass();
+  TileCoord c;
+  int first_row;
+  PipelineState<S::kStages> last;
+  for (;;) {
+    c = sched.coord(tile);
+    first_row = c.m_block * S::kBlockM + consumer * kRowsPerConsumer;  // this warpgroup's first row
+    const int n_tiles = sched.kv_tiles(c.m_block);
+    const int q = qs.slot();
+    float alpha[2];
+
+    // K/V tile 0: its S is in flight (or done); its softmax. rO is cleared once no wgmma is in flight (ptxas
+    // serialises every wgmma where a plain instruction writes an accumulator inside a wgmma's stage).
+    hopper::wgmma_wait<0>();
+    hopper::fence_operands(rS);
+    softmax.reset();
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) rO[i] = 0.f;
+#else
   for (int tile = sched.first(); sched.valid(tile); tile = sched.next(tile), qs.advance()) {
     const TileCoord c = sched.coord(tile);
     const int first_row = c.m_block * S::kBlockM + consumer * kRowsPerConsumer;  // this warpgroup's first row
@@ -174,6 +205,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
     turn.pass();
     hopper::wgmma_wait<0>();
     hopper::fence_operands(rS);
+#endif
     k_ring.release(kv, lane);
     if (n_tiles == 1) q_ring.release(qs, lane);
     scores_to_p(0, first_row, alpha);
@@ -201,6 +233,44 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
       mma.convert(rP, rS);
     }
 
+#if EVPACK_WGMMA_S0_AHEAD
+    // The last P.V and, in the same turn, S_0 of this CTA's next item (its Q buffer and K/V tile 0 come next in
+    // the producer's order): that S runs while this warpgroup writes the epilogue. The CTA's last item leaves
+    // the loop with its P.V in flight.
+    const int next = sched.next(tile);
+    last = kv.at(n_tiles - 1);
+    v_ring.wait(last);
+    if (!sched.valid(next)) {
+      turn.wait();
+      mma.pv(rO, rP, last.slot());
+      break;
+    }
+    const PipelineState<S::kStages> next_first = kv.at(n_tiles);
+    const PipelineState<2> next_q = qs.at(1);
+    q_ring.wait(next_q);
+    k_ring.wait(next_first);
+    turn.wait();
+    mma.pv(rO, rP, last.slot());
+    mma.qk(rS, next_q.slot(), next_first.slot());
+    turn.pass();
+    hopper::wgmma_wait<1>();  // the P.V done (groups complete in order); the next S_0 may still run
+    hopper::fence_operands(rO);
+    v_ring.release(last, lane);
+    kv.advance(n_tiles);
+    qs.advance();
+    float inv_l[2];
+    softmax.inverse_sums(inv_l);
+    epilogue.store(rO, inv_l, first_row, c.bh / p.heads, c.bh % p.heads, p.seqlen);
+    tile = next;
+  }
+  turn.pass();
+  hopper::wgmma_wait<0>();
+  hopper::fence_operands(rO);
+  v_ring.release(last, lane);
+  float inv_l[2];
+  softmax.inverse_sums(inv_l);
+  epilogue.store(rO, inv_l, first_row, c.bh / p.heads, c.bh % p.heads, p.seqlen);
+#else
     // The last P.V, then the epilogue.
     const PipelineState<S::kStages> last = kv.at(n_tiles - 1);
     v_ring.wait(last);
@@ -215,6 +285,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
     softmax.inverse_sums(inv_l);
     epilogue.store(rO, inv_l, first_row, c.bh / p.heads, c.bh % p.heads, p.seqlen);
   }
+#endif
   epilogue.drain();
 }
 
