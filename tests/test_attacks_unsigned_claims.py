@@ -478,10 +478,18 @@ def _scalar_kind(calls: list[dict]) -> None:
         c["kind"] = "scalar"
 
 
+def _config_past_the_split_suffix(calls: list[dict]) -> None:
+    """A config name with more after the tile than the one suffix the registry makes ("t", a tail_split config)."""
+    for c in calls:
+        c["config"] += "tx"
+
+
 @reference.needs("DEFAULT")
 @pytest.mark.parametrize(("factor", "edit", "needle"), [
     (0.1, _smaller_required, "the manifest says required_flops"),
-    (0.0, _scalar_kind, "the manifest says kind 'scalar', the registry 'tensor'")], ids=["required_flops", "kind"])
+    (0.0, _scalar_kind, "the manifest says kind 'scalar', the registry 'tensor'"),
+    (1.0, _config_past_the_split_suffix, "the manifest does not give the call's config")],
+    ids=["required_flops", "kind", "config_suffix"])
 def test_a_tensor_call_is_judged_by_the_registry_and_its_shape_not_its_manifest(quick, factor, edit, needle):
     """Before: tensor_proof took each call's kind and required FLOPs from the target's manifest. With wgmma's tensor
     counters scaled to 10% (0%) of the work, dividing the manifest's required_flops by 10 (calling its calls
