@@ -56,10 +56,11 @@ def main() -> int:
     args = ap.parse_args()
     var = registry.get(args.variant, include_canaries=True)
     ext = _extension(var.name)
-    shapes = SHAPES + (SPLIT_SHAPES if var.config(args.config).tail_split else ())
+    config = var.config(args.config)
+    shapes = SHAPES + (SPLIT_SHAPES if config.tail_split else ())
     calls = 0
     for dtype in var.dtypes:
-        for d in var.head_dims_for(var.config(args.config)):
+        for d in var.head_dims_for(config):
             for b, h, s in shapes:
                 for causal in (False, True):
                     q, k, v = host_qkv(b, h, s, d, dtype, seed=s + d)

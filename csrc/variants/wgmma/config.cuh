@@ -19,10 +19,10 @@ constexpr int kBoxRowBytes = 128;
 struct TmaMaps {
   CUtensorMap q, k, v, o;
   int head_major;  // causal only: 1 = head-major rotated order, 0 = longest first
-  // TAIL_SPLIT configs, not causal: the work items from `whole_items` on (fewer than the grid) run as `splits` pieces each, a piece
-  // a share of the item's K/V tiles on a CTA of its own (1: no item is split; split.cuh). A piece's consumers
-  // leave their unnormalised O, max and sum in `partials`; `arrivals` (zeroed before the launch) counts the
-  // pieces done per item and consumer warpgroup.
+  // TAIL_SPLIT configs, not causal: the work items from `whole_items` on (fewer than the grid) run as `splits`
+  // pieces each, a piece a share of the item's K/V tiles on a CTA of its own (1: no item is split; split.cuh). A
+  // piece's consumers leave their unnormalised O, max and sum in `partials`; `arrivals` (zeroed before the launch)
+  // counts the pieces done per item and consumer warpgroup.
   int whole_items, splits;
   float* partials;
   int* arrivals;
@@ -55,7 +55,8 @@ struct Shape {
                 "wgmma: BLOCK_M must be 64, 128 or 192 (one to three consumer warpgroups of 64 rows)");
   static_assert(Cfg::kWarps == 4 * (kConsumers + 1), "wgmma: WARPS must be 4 x (1 producer + BLOCK_M / 64 consumers)");
   static_assert(kConsumers < 3 || kHeadDim == 64,
-                "wgmma: three consumer warpgroups (160 registers each) fit head_dim 64 only (registry: head_dims=(64,))");
+                "wgmma: three consumer warpgroups (160 registers each) fit head_dim 64 only "
+                "(registry: head_dims=(64,))");
   static_assert(kBlockN == 64 || kBlockN == 128, "wgmma: BLOCK_N must be 64 or 128 (wgmma N of Q.K^T)");
   static_assert(kHeadDim == 64 || kHeadDim == 128, "wgmma: head_dim must be 64 or 128");
   static_assert(kStages >= 1, "wgmma: STAGES must be at least 1");

@@ -8,7 +8,8 @@
 //                              this warpgroup does the softmax of S_j
 //   softmax(rS) (softmax.cuh); wait for P.V_{j-1}; rO *= alpha; rP = T(P)
 // The consumers take turns to issue their wgmmas (pingpong, named barriers), so one's softmax overlaps the
-// others' matrix work.
+// others' matrix work. A consumer whose rows all lie past seqlen computes nothing and only takes its turns
+// (pass_tiles).
 #pragma once
 
 #include <cstdint>
@@ -133,6 +134,24 @@ struct Turns {
   }
 };
 
+// The item's n K/V tiles, passed on by a consumer warpgroup whose rows all lie past seqlen: per tile, the turn the
+// others take for it, and the release of its buffers once they have landed (an arrival before then would count
+// toward the slot's previous use, whose readers may not be done).
+template <class S, int kConsumers>
+__device__ __forceinline__ void pass_tiles(const Ring<S::kStages>& k_ring, const Ring<S::kStages>& v_ring,
+                                           const PipelineState<S::kStages>& kv, int n, const Turns<kConsumers>& turn,
+                                           int lane) {
+  for (int j = 0; j < n; ++j) {
+    const PipelineState<S::kStages> cur = kv.at(j);
+    k_ring.wait(cur);
+    turn.wait();
+    turn.pass();
+    k_ring.release(cur, lane);
+    v_ring.wait(cur);
+    v_ring.release(cur, lane);
+  }
+}
+
 template <class S, class T, int kHeadDim>
 __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps& tma, const SharedStorage<S>& sm,
                                               const Scheduler<S>& sched, int consumer) {
@@ -166,6 +185,17 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
     const int n_begin = S::kTailSplit ? c.kv_begin * kBlockN : 0;
     const int q = qs.slot();
     float alpha[2];
+    // Every row of this warpgroup lies past seqlen (a head's last query block, partly filled): it computes and
+    // stores nothing, and takes its turns for the others' tiles.
+    if (first_row >= p.seqlen) {
+      q_ring.wait(qs);
+      q_ring.release(qs, lane);
+      pass_tiles<S>(k_ring, v_ring, kv, n_tiles, turn, lane);
+      turn.wait();  // the others' last P.V
+      turn.pass();
+      kv.advance(n_tiles);
+      continue;
+    }
 
     // K/V tile 0: S alone, then its softmax.
     softmax.reset();

@@ -45,7 +45,9 @@ struct Ring {
     return &full[st.slot()];
   }
   // Consumer: waits until the buffer has landed.
-  __device__ __forceinline__ void wait(PipelineState<kSlots> st) const { hopper::mbar_wait(&full[st.slot()], st.parity()); }
+  __device__ __forceinline__ void wait(PipelineState<kSlots> st) const {
+    hopper::mbar_wait(&full[st.slot()], st.parity());
+  }
   // Consumer warp: nothing of this warp reads the buffer any more.
   __device__ __forceinline__ void release(PipelineState<kSlots> st, int lane) const {
     if (lane == 0) hopper::mbar_arrive(&empty[st.slot()]);

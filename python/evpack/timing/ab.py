@@ -273,7 +273,6 @@ def candidate_verdicts(head_rows: list[dict], head_samples: dict[str, list[float
     return {k: rounds[k].v1 for k in cands}
 
 
-
 def _verdicts_v2(entries: list[Entry], comparable: dict, rule: Rule,
                  confirm: ConfirmSamples | None) -> tuple[list[Entry], list[str]]:
     """Rule version 2 or 3 (module docstring): the decided entries and the keys that were candidates for a
