@@ -51,11 +51,23 @@ TIMED = (  # (B, H, S, D, dtype, causal): the canonical shape and its neighbours
     (64, 16, 128, 64, "fp16", False),
     (4, 16, 512, 64, "fp16", False),
     (2, 8, 512, 64, "fp16", False),
+    (8, 16, 1024, 64, "fp16", False),
+    (8, 16, 1024, 64, "fp16", True),
+    (4, 16, 2048, 64, "fp16", True),
+    (2, 16, 4096, 64, "fp16", True),
+    (32, 32, 512, 64, "fp16", True),
+    (32, 16, 256, 64, "fp16", True),
+    (64, 16, 128, 64, "fp16", True),
+    (4, 16, 512, 64, "fp16", True),
+    (2, 8, 512, 64, "fp16", True),
 )
 TIMED_NAMES = ("d64", "d64c", "d128", "d128c", "bf16", "b32h32", "s2048", "s4096", "s256", "s128", "b4",
-               "b2h8")  # in order
-SHAPE_GROUPS = {"all": TIMED_NAMES, "s512": TIMED_NAMES[:5], "causal": ("d64c", "d128c"),
-                "long": ("b32h32", "s2048", "s4096"), "short": ("s256", "s128", "b4", "b2h8")}
+               "b2h8", "s1024", "s1024c", "s2048c", "s4096c", "b32h32c", "s256c", "s128c", "b4c",
+               "b2h8c")  # in order
+SHAPE_GROUPS = {"all": TIMED_NAMES, "s512": TIMED_NAMES[:5], "causal": ("d64c", "d128c", "s1024c", "s2048c",
+                                                                        "s4096c", "b32h32c", "s256c", "s128c", "b4c",
+                                                                        "b2h8c"),
+                "long": ("b32h32", "s1024", "s2048", "s4096"), "short": ("s256", "s128", "b4", "b2h8")}
 # (B, H, S): > 132 work items of 128 query rows (several per persistent CTA), with a seqlen tail; B1 H23 S1000:
 # 184 items of 128 rows (138 of 192), one round of 132 and 52 (6) left, which a tail_split config runs split across
 # the grid after it

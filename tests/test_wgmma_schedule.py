@@ -5,7 +5,9 @@ persistent grid and reports what it covered.
 What must hold for every shape: each work item's K/V tiles are covered exactly once (a split item's pieces partition
 them), no K/V range is empty or past the item's end, no CTA runs two pieces (the merge's counters assume one), and a
 causal launch never splits. Where the last round is split, the busiest CTA runs at least kMinSavedTiles tiles fewer
-than it would with whole items. Skipped, with the reason, where nvcc is not on PATH.
+than it would with whole items. Where a head's last query block leaves consumer warpgroups idle, the order puts those
+short items last, so the busiest CTA does less than in plain head-major order. Skipped, with the reason, where nvcc
+is not on PATH.
 """
 from __future__ import annotations
 
@@ -35,8 +37,9 @@ def walker(tmp_path_factory) -> Path:
     return exe
 
 
-def walk(walker: Path, cases: list[tuple[int, int, int, int, int, bool, int]]) -> list[dict]:
-    text = "".join(f"{b} {h} {s} {bm} {bn} {int(c)} {g}\n" for b, h, s, bm, bn, c, g in cases)
+def walk(walker: Path, cases: list[tuple[int, int, int, int, int, bool, int]], split: bool = True) -> list[dict]:
+    """One report per case, walked with the scheduler of a TAIL_SPLIT config (split) or of one without."""
+    text = "".join(f"{b} {h} {s} {bm} {bn} {int(c)} {g} {int(split)}\n" for b, h, s, bm, bn, c, g in cases)
     res = subprocess.run([str(walker)], input=text, capture_output=True, text=True, timeout=120, check=True)
     return [json.loads(line) for line in res.stdout.splitlines()]
 
@@ -91,10 +94,42 @@ def test_the_oracles_shapes_reach_the_split_path(walker):
         assert row["splits"] > 1, (case, row)
 
 
+def head_major_max_load(b: int, h: int, s: int, bm: int, bn: int, grid: int) -> int:
+    """The busiest CTA's load (K/V tiles x the consumer warpgroups that compute them) with whole items, not causal,
+    in plain head-major order: item t is query block t % n_m. A warpgroup whose 64 rows all lie past s computes
+    nothing."""
+    n_m, tiles = -(-s // bm), -(-s // bn)
+    last_groups = -(-(s - (n_m - 1) * bm) // 64)
+
+    def load(t: int) -> int:
+        return (last_groups if t % n_m == n_m - 1 else bm // 64) * tiles
+
+    items = n_m * b * h
+    return max(sum(load(t) for t in range(cta, items, grid)) for cta in range(min(grid, items)))
+
+
+def test_short_last_blocks_come_last_so_no_cta_gets_them_all(walker):
+    """B16 H16 S512 with 192 rows: 3 blocks a head, the last 128 rows (2 of 3 warpgroups), 768 items on 132 CTAs.
+    Head-major, 132 is a multiple of 3, so each CTA always gets the same block: 6 whole items, 6 x 3 x 4 = 72.
+    Short last: at most 4 whole and 2 short items, 4 x 12 + 2 x 8 = 64. B8 H16 S1024: 6 blocks a head, the last one
+    64 rows (1 warpgroup): 6 x 24 = 144 head-major, 5 x 24 + 8 = 128 short last."""
+    cases = [(16, 16, 512, 192, 128, False, H200_SMS), (8, 16, 1024, 192, 128, False, H200_SMS),
+             (4, 16, 2048, 192, 128, False, H200_SMS), (2, 16, 4096, 192, 128, False, H200_SMS),
+             (32, 32, 512, 192, 128, False, H200_SMS), (32, 16, 256, 192, 128, False, H200_SMS),
+             (64, 16, 128, 128, 128, False, H200_SMS), (2, 8, 65, 128, 128, False, H200_SMS)]
+    rows = walk(walker, cases, split=False)
+    for case, row in zip(cases, rows, strict=True):
+        check_invariants(case, row)
+        assert row["max_load"] <= head_major_max_load(*case[:5], case[6]), (case, row)
+    assert (rows[0]["max_load"], head_major_max_load(16, 16, 512, 192, 128, H200_SMS)) == (64, 72)
+    assert (rows[1]["max_load"], head_major_max_load(8, 16, 1024, 192, 128, H200_SMS)) == (128, 144)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 8), st.integers(1, 40), st.integers(1, 5000), st.sampled_from([128, 192]),
-                          st.booleans(), st.sampled_from([H200_SMS, 114, 78, 16, 1])), min_size=1, max_size=8))
-def test_every_schedule_covers_each_items_tiles_once(walker, shapes):
+                          st.booleans(), st.sampled_from([H200_SMS, 114, 78, 16, 1])), min_size=1, max_size=8),
+       st.booleans())
+def test_every_schedule_covers_each_items_tiles_once(walker, shapes, split):
     cases = [(b, h, s, bm, 128, c, g) for b, h, s, bm, c, g in shapes]
-    for case, row in zip(cases, walk(walker, cases), strict=True):
+    for case, row in zip(cases, walk(walker, cases, split), strict=True):
         check_invariants(case, row)

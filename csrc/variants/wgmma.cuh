@@ -19,8 +19,9 @@
 //   rO (D / 2)             fp32   unnormalised output, same fragment layout as rS
 //   m, l (2)               fp32   running max (raw score units) and partial row sums of rows g, g + 8
 // Masks: keys >= seqlen (TMA zero-fills rows past the tensor; their scores are set to -inf) and, causal
-// (top-left), keys > row; only tiles that cross seqlen or a warpgroup's diagonal pay for the mask. Rows past
-// seqlen are computed on zero-filled Q and never stored (TMA clips the store).
+// (top-left), keys > row; only tiles that cross seqlen or a warpgroup's diagonal pay for the mask. Causal, a consumer
+// warpgroup stops at its own last row's key tile; one whose 64 rows all lie past seqlen skips the item (mainloop.cuh,
+// pass_tiles); other rows past seqlen are computed on zero-filled Q and never stored (TMA clips the store).
 // Alternatives measured slower on the H200 left the tree (bench/NOTES.md, wgmma sections 2, 5 and 6; the
 // commit history keeps their code).
 #pragma once

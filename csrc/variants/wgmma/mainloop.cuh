@@ -8,7 +8,8 @@
 //                              this warpgroup does the softmax of S_j
 //   softmax(rS) (softmax.cuh); wait for P.V_{j-1}; rO *= alpha; rP = T(P)
 // The consumers take turns to issue their wgmmas (pingpong, named barriers), so one's softmax overlaps the
-// others' matrix work.
+// others' matrix work. A consumer computes only its own tiles (causal: up to its last row's key; none where its
+// rows all lie past seqlen) and takes its turns for the rest (pass_tiles).
 #pragma once
 
 #include <cstdint>
@@ -133,6 +134,25 @@ struct Turns {
   }
 };
 
+// K/V tiles [j0, n) of the item, passed on by a consumer warpgroup that computes none of them (its rows lie past
+// seqlen, or before the tiles' keys under the causal mask): per tile, the turn the others take for it, and the
+// release of its buffers once they have landed (an arrival before then would count toward the slot's previous use,
+// whose readers may not be done).
+template <class S, int kConsumers>
+__device__ __forceinline__ void pass_tiles(const Ring<S::kStages>& k_ring, const Ring<S::kStages>& v_ring,
+                                           const PipelineState<S::kStages>& kv, int j0, int n,
+                                           const Turns<kConsumers>& turn, int lane) {
+  for (int j = j0; j < n; ++j) {
+    const PipelineState<S::kStages> cur = kv.at(j);
+    k_ring.wait(cur);
+    turn.wait();
+    turn.pass();
+    k_ring.release(cur, lane);
+    v_ring.wait(cur);
+    v_ring.release(cur, lane);
+  }
+}
+
 template <class S, class T, int kHeadDim>
 __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps& tma, const SharedStorage<S>& sm,
                                               const Scheduler<S>& sched, int consumer) {
@@ -166,6 +186,28 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
     const int n_begin = S::kTailSplit ? c.kv_begin * kBlockN : 0;
     const int q = qs.slot();
     float alpha[2];
+    // This warpgroup's own K/V tiles: causal, up to the key of its last row; none if its rows all lie past seqlen
+    // (a head's last query block, partly filled). It takes its turns for the others' tiles (pass_tiles).
+#ifdef EVPACK_WGMMA_IDLE_COMPUTES
+    const int n_own = n_tiles;
+#else
+#ifdef EVPACK_WGMMA_CAUSAL_ALL
+    const int n_own = first_row >= p.seqlen ? 0 : n_tiles;
+#else
+    const int n_own = first_row >= p.seqlen ? 0
+                      : p.causal ? min(n_tiles, (min(p.seqlen, first_row + kRowsPerConsumer) + kBlockN - 1) / kBlockN)
+                                 : n_tiles;
+#endif
+    if (n_own == 0) {
+      q_ring.wait(qs);
+      q_ring.release(qs, lane);
+      pass_tiles<S>(k_ring, v_ring, kv, 0, n_tiles, turn, lane);
+      turn.wait();  // the others' last P.V
+      turn.pass();
+      kv.advance(n_tiles);
+      continue;
+    }
+#endif
 
     // K/V tile 0: S alone, then its softmax.
     softmax.reset();
@@ -179,12 +221,12 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
     hopper::wgmma_wait<0>();
     hopper::fence_operands(rS);
     k_ring.release(kv, lane);
-    if (n_tiles == 1) q_ring.release(qs, lane);
+    if (n_own == 1) q_ring.release(qs, lane);
     scores_to_p(n_begin, first_row, alpha);
     mma.convert(rP, rS);
 
     // K/V tiles 1..n-1: S_j and P_{j-1}.V_{j-1} in flight together; the softmax of S_j overlaps P.V.
-    for (int j = 1; j < n_tiles; ++j) {
+    for (int j = 1; j < n_own; ++j) {
       const PipelineState<S::kStages> cur = kv.at(j), prev = kv.at(j - 1);
       k_ring.wait(cur);
       v_ring.wait(prev);
@@ -195,7 +237,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
       hopper::wgmma_wait<1>();  // S_j done (groups complete in order); P.V_{j-1} may still run
       hopper::fence_operands(rS);
       k_ring.release(cur, lane);
-      if (j == n_tiles - 1) q_ring.release(qs, lane);  // the producer may load a later work item's Q
+      if (j == n_own - 1) q_ring.release(qs, lane);  // the producer may load a later work item's Q
       scores_to_p(n_begin + j * kBlockN, first_row, alpha);
       hopper::wgmma_wait<0>();  // P.V_{j-1} done: rO and rP are ours again
       hopper::fence_operands(rO);
@@ -206,7 +248,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
     }
 
     // The last P.V, then the epilogue.
-    const PipelineState<S::kStages> last = kv.at(n_tiles - 1);
+    const PipelineState<S::kStages> last = kv.at(n_own - 1);
     v_ring.wait(last);
     turn.wait();
     mma.pv(rO, rP, last.slot());
@@ -214,6 +256,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
     hopper::wgmma_wait<0>();
     hopper::fence_operands(rO);
     v_ring.release(last, lane);
+    pass_tiles<S>(k_ring, v_ring, kv, n_own, n_tiles, turn, lane);
     kv.advance(n_tiles);
     // A piece of a split item: only the piece that finishes last stores, the merge of them all.
     if constexpr (S::kTailSplit) {

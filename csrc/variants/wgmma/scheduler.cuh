@@ -2,6 +2,12 @@
 // CTA per SM, and CTA b takes work items b, b + grid, ... in an order chosen per launch:
 //   not causal:              head-major: the query blocks of one head are neighbours, so the CTAs that run
 //                            them together share its K/V in L2.
+//   not causal, short last:  where a head's last query block is partly filled so that some of its consumer
+//                            warpgroups lie wholly past seqlen and skip it (mainloop.cuh): every head's other
+//                            blocks head-major, then every head's last block, so the static round-robin ends with
+//                            the short items (B8 H16 S1024, 192 rows: 6 blocks a head, the last one 64 rows;
+//                            head-major on 132 CTAs, a multiple of 6, hands every last block to one CTA in six,
+//                            which runs six short items while the others run six whole ones).
 //   causal, longest first:   every head's last query block first, then every head's second to last, ...: the
 //                            static round-robin ends with the short items (LPT-like balance), but each round
 //                            reads a different head's K/V per CTA.
@@ -9,17 +15,18 @@
 //                            so one CTA's items do not all have the same length (grid = 132, n_m = 4: bh steps
 //                            by 33 per round, the block by 1 mod 4). The host takes it where its static balance
 //                            is as good as longest-first's (causal_head_major; bench/NOTES.md, wgmma section 5).
-// Not causal, every item has the same length, so a grid of G CTAs runs ceil(items / G) rounds and the last one is
-// partly idle: 704 items on 132 CTAs (B2 H16 S4096, 192 rows) take 6 rounds of work for 5.33 rounds' worth. A
-// config with TAIL_SPLIT (kSplit here) splits the items of that last round instead (tail_split): each into `splits`
-// pieces of its K/V tiles, one piece per CTA, whose partial results the last piece to finish merges (split.cuh).
-// Work index whole_items + q is piece q % splits of item whole_items + q / splits. Without kSplit the schedule and
-// its code are those of whole items only.
+// Not causal, every item has the same number of K/V tiles, so a grid of G CTAs runs about ceil(items / G) rounds
+// and the last one is partly idle: 704 items on 132 CTAs (B2 H16 S4096, 192 rows) take 6 rounds of work for 5.33
+// rounds' worth. A config with TAIL_SPLIT (kSplit here) splits the items of that last round instead (tail_split):
+// each into `splits` pieces of its K/V tiles, one piece per CTA, whose partial results the last piece to finish
+// merges (split.cuh). Work index whole_items + q is piece q % splits of item whole_items + q / splits. Without
+// kSplit the schedule and its code are those of whole items only.
 #pragma once
 
 #include <cstring>
 
 #include "evpack/params.h"
+#include "config.cuh"
 
 namespace evpack {
 namespace wgmma {
@@ -33,7 +40,7 @@ struct TileCoord {
 template <int kBlockM, int kBlockN, bool kSplit = false>
 struct TileScheduler {
   int seqlen, n_m, n_bh, whole_items, splits, n_work;
-  bool causal, head_major;
+  bool causal, head_major, short_last;
 
   __host__ __device__ __forceinline__ TileScheduler(const FwdParams& p, bool head_major_order, int whole = 0,
                                                     int n_splits = 1)
@@ -44,28 +51,47 @@ struct TileScheduler {
         splits(n_splits),
         n_work(kSplit ? whole + (n_m * n_bh - whole) * n_splits : n_m * n_bh),
         causal(p.causal),
-        head_major(head_major_order) {}
+        head_major(head_major_order),
+#ifdef EVPACK_WGMMA_NO_SHORT_LAST
+        short_last(false) {}
+#else
+        short_last(!p.causal && n_m > 1 && idle_consumers(p.seqlen) > 0) {}
+#endif
 
   __device__ __forceinline__ int first() const { return blockIdx.x; }
   __device__ __forceinline__ int next(int tile) const { return tile + gridDim.x; }
   __host__ __device__ __forceinline__ bool valid(int tile) const { return tile < n_work; }
-  // Without kSplit: the whole item (kv_begin, kv_end unset: the caller takes all kv_tiles(m_block) tiles).
-  __host__ __device__ __forceinline__ TileCoord coord(int tile) const {
-    if constexpr (!kSplit) {
-      if (causal && !head_major) return {n_m - 1 - tile / n_bh, tile % n_bh, 0, 0, -1};
-      const int bh = tile / n_m, r = tile % n_m;
-      return {causal ? (r + bh) % n_m : r, bh, 0, 0, -1};
-    }
-    const int piece = tile >= whole_items ? tile - whole_items : -1;
-    const int item = piece < 0 ? tile : whole_items + piece / splits;
-    int m_block, bh;
+  // Work item -> its query block and (batch, head), in this launch's order (the top of this file).
+  __host__ __device__ __forceinline__ void item_coord(int item, int& m_block, int& bh) const {
     if (causal && !head_major) {
       m_block = n_m - 1 - item / n_bh, bh = item % n_bh;
+    } else if (short_last) {
+      const int full = n_bh * (n_m - 1);
+      if (item < full) {
+        bh = item / (n_m - 1), m_block = item % (n_m - 1);
+      } else {
+        bh = item - full, m_block = n_m - 1;
+      }
     } else {
       bh = item / n_m;
       const int r = item % n_m;
       m_block = causal ? (r + bh) % n_m : r;
     }
+  }
+  // Consumer warpgroups of a head's last query block whose rows all lie past seqlen (they skip it; mainloop.cuh).
+  __host__ __device__ __forceinline__ static int idle_consumers(int seqlen) {
+    const int rem = seqlen % kBlockM;
+    return rem == 0 ? 0 : (kBlockM - rem) / kRowsPerConsumer;
+  }
+  // Without kSplit: the whole item (kv_begin, kv_end unset: the caller takes all kv_tiles(m_block) tiles).
+  __host__ __device__ __forceinline__ TileCoord coord(int tile) const {
+    int m_block, bh;
+    if constexpr (!kSplit) {
+      item_coord(tile, m_block, bh);
+      return {m_block, bh, 0, 0, -1};
+    }
+    const int piece = tile >= whole_items ? tile - whole_items : -1;
+    item_coord(piece < 0 ? tile : whole_items + piece / splits, m_block, bh);
     const int n = kv_tiles(m_block);
     if (piece < 0) return {m_block, bh, 0, n, -1};
     const int share = piece % splits;
