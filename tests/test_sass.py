@@ -129,6 +129,20 @@ def test_parse_errors():
     assert sass.parse_sass("") == []
 
 
+def test_a_parse_kept_for_the_next_caller_is_of_the_same_text_only():
+    """parse_sass keeps its last results by the text's SHA-256: the same text gives the same functions in a list of
+    the caller's own, and a text that differs by one byte (an opcode edited in place) is parsed again."""
+    text = "\n".join(["arch = sm_90", "        Function : k", "        /*0000*/                   HMMA.16816.F32 R0, R2, R4, R0 ;",
+                      "                                                                 /* 0x000fe200078e00ff */", ""])
+    first = sass.parse_sass(text)
+    first.clear()  # the caller's list: the kept parse is not changed through it
+    again = sass.parse_sass(text)
+    assert [i.opcode for i in again[0].instructions] == ["HMMA.16816.F32"]
+    edited = sass.parse_sass(text.replace("HMMA.16816.F32", "HMMA.16816.F16"))
+    assert [i.opcode for i in edited[0].instructions] == ["HMMA.16816.F16"]
+    assert edited[0].full_forms() == {"HMMA.16816.F16": 1} and edited[0].histogram() == {"HMMA": 1}
+
+
 # ---- stage (derive on recorded files; run() with the real tool in test_gates_build) --------------
 
 FIXTURE_KERNELS = [

@@ -187,7 +187,9 @@ def _derive_one(args: tuple[str, str, str | None]) -> StageOutcome:
 
 def _derive_parallel(pack_dir: Path, names: list[str], stages: str | None) -> dict[str, StageOutcome]:
     """Stages that read no other stage's outcome, derived in worker processes (fork): the large raw
-    files (SASS dumps, benchmark samples) are parsed side by side. {} when it cannot be done."""
+    files (SASS dumps, benchmark samples) are parsed side by side. A stage that marks itself
+    DERIVE_IN_PARENT is derived in this process meanwhile, so what it parsed stays here for the callers
+    after it (the SASS dump, which the incremental keys read again: parsers/sass). {} when it cannot be done."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -195,9 +197,12 @@ def _derive_parallel(pack_dir: Path, names: list[str], stages: str | None) -> di
     workers = min(len(independent), os.cpu_count() or 1, 4)
     if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return {}
+    here = [n for n in independent if getattr(stage_module(n, stages), "DERIVE_IN_PARENT", False)]
+    forked = [n for n in independent if n not in here]
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        results = pool.map(_derive_one, [(n, str(pack_dir), stages) for n in independent])
-        return dict(zip(independent, results, strict=True))
+        results = pool.map(_derive_one, [(n, str(pack_dir), stages) for n in forked])
+        mine = {n: _derive_one((n, str(pack_dir), stages)) for n in here}
+        return {**dict(zip(forked, results, strict=True)), **mine}
 
 
 def derive_all(pack_dir: Path, stage_names, *, stages: str | None = None,

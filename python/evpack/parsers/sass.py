@@ -8,6 +8,8 @@ instruction can be derived (`mma_shape`).
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -64,16 +66,25 @@ class SassFunction:
     arch: str
     instructions: tuple[SassInstruction, ...]
 
+    @functools.cached_property
+    def _opcodes(self) -> Counter:
+        """Full opcode -> count, in order of first appearance (a function has thousands of instructions and a
+        few dozen opcodes: the counts below fold this one)."""
+        return Counter(i.opcode for i in self.instructions)
+
     def histogram(self) -> Counter:
         """Base opcode -> count."""
-        return Counter(i.base for i in self.instructions)
+        out: Counter = Counter()
+        for op, n in self._opcodes.items():
+            out[base_opcode(op)] += n
+        return out
 
     def full_forms(self, bases=TENSOR_MATH_OPCODES) -> Counter:
         """Full opcode -> count, for instructions whose base is in `bases`."""
-        return Counter(i.opcode for i in self.instructions if i.base in bases)
+        return Counter({op: n for op, n in self._opcodes.items() if base_opcode(op) in bases})
 
     def count_full(self, full: str) -> int:
-        return sum(1 for i in self.instructions if i.opcode == full)
+        return self._opcodes.get(full, 0)
 
     def first(self, bases=TENSOR_MATH_OPCODES, n: int = 3) -> list[SassInstruction]:
         out = []
@@ -93,8 +104,24 @@ def is_tensor_math(opcode: str) -> bool:
     return base_opcode(opcode) in TENSOR_MATH_OPCODES
 
 
+# The last dumps parsed in this process, by the SHA-256 of their text: `verify` reads the same dump for the sass
+# stage and for the incremental keys (a dump of every kernel is some 40 MB of text).
+_PARSED: dict[bytes, tuple[SassFunction, ...]] = {}
+_PARSED_KEEP = 2
+
+
 def parse_sass(text: str) -> list[SassFunction]:
     """All functions in a dump, in order; each tagged with the arch of its ELF section."""
+    key = hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).digest()
+    if key not in _PARSED:
+        parsed = tuple(_parse(text))
+        while len(_PARSED) >= _PARSED_KEEP:
+            del _PARSED[next(iter(_PARSED))]
+        _PARSED[key] = parsed
+    return list(_PARSED[key])
+
+
+def _parse(text: str) -> list[SassFunction]:
     functions: list[SassFunction] = []
     arch: str | None = None
     name: str | None = None
@@ -105,6 +132,15 @@ def parse_sass(text: str) -> list[SassFunction]:
             functions.append(SassFunction(name, arch or "", tuple(body)))
 
     for line in text.splitlines():
+        head = line.lstrip()[:3]
+        if head == "/* ":  # an instruction's encoding half (/* 0x... */): no pattern below can match it
+            continue
+        if head[:2] == "/*":  # only an instruction can match
+            if m := _RE_INSTR.match(line):
+                if name is None:
+                    raise SassParseError(f"sass: instruction outside a function: {line.strip()!r}")
+                body.append(_instruction(m, line))
+            continue
         if m := _RE_ARCH.match(line) or _RE_CODE_FOR.match(line):
             if name is not None:
                 close()
@@ -117,18 +153,18 @@ def parse_sass(text: str) -> list[SassFunction]:
                 raise SassParseError(f"sass: function {m['name']} before any 'arch =' line")
             name, body = m["name"], []
             continue
-        if m := _RE_INSTR.match(line):
-            if name is None:
-                raise SassParseError(f"sass: instruction outside a function: {line.strip()!r}")
-            tokens = m["body"].split()
-            pred = None
-            if tokens and _RE_PRED.match(tokens[0]):
-                pred, tokens = tokens[0], tokens[1:]
-            if not tokens:
-                raise SassParseError(f"sass: no opcode in {line.strip()!r}")
-            body.append(SassInstruction(int(m["addr"], 16), pred, tokens[0], m["body"].strip() + " ;"))
     close()
     return functions
+
+
+def _instruction(m: re.Match, line: str) -> SassInstruction:
+    tokens = m["body"].split()
+    pred = None
+    if tokens and _RE_PRED.match(tokens[0]):
+        pred, tokens = tokens[0], tokens[1:]
+    if not tokens:
+        raise SassParseError(f"sass: no opcode in {line.strip()!r}")
+    return SassInstruction(int(m["addr"], 16), pred, tokens[0], m["body"].strip() + " ;")
 
 
 def accumulator(opcode: str) -> str | None:
