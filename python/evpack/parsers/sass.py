@@ -104,21 +104,23 @@ def is_tensor_math(opcode: str) -> bool:
     return base_opcode(opcode) in TENSOR_MATH_OPCODES
 
 
-# The last dumps parsed in this process, by the SHA-256 of their text: `verify` reads the same dump for the sass
-# stage and for the incremental keys (a dump of every kernel is some 40 MB of text).
+# The dumps parsed last in this process, by the SHA-256 of their text, least recently used first: `verify` reads the
+# same dump for the sass stage and for the incremental keys, and a pack holds two (evpack._C, evpack._canaries).
+# A dump of every kernel is some 40 MB of text and about 46 MB parsed, so four are kept at most.
 _PARSED: dict[bytes, tuple[SassFunction, ...]] = {}
-_PARSED_KEEP = 2
+_PARSED_KEEP = 4
 
 
 def parse_sass(text: str) -> list[SassFunction]:
     """All functions in a dump, in order; each tagged with the arch of its ELF section."""
     key = hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).digest()
-    if key not in _PARSED:
+    parsed = _PARSED.pop(key, None)
+    if parsed is None:
         parsed = tuple(_parse(text))
         while len(_PARSED) >= _PARSED_KEEP:
             del _PARSED[next(iter(_PARSED))]
-        _PARSED[key] = parsed
-    return list(_PARSED[key])
+    _PARSED[key] = parsed
+    return list(parsed)
 
 
 def _parse(text: str) -> list[SassFunction]:
