@@ -704,3 +704,23 @@ def test_a_config_cut_from_the_build_record_its_ptxas_logs_and_its_oracle_rows_i
     assert "evidence:complete" not in labels, labels
     # the other stages alone would have passed it: PTXAS and correctness as the forger left them
     assert _derived(quick, "ptxas")[0]["status"] == "pass" and _derived(quick, "correctness")[0]["status"] == "pass"
+
+
+@reference.needs("DEFAULT")
+def test_an_edited_sass_dump_is_parsed_again_in_the_same_process(quick):
+    """verify keeps its parse of a SASS dump for the next reader in the process (parsers/sass). The attack, with only a
+    copy of a pack: after the pack verified (the `quick` fixture, in this process), one HGMMA of its dump is edited to
+    accumulate in F16 (the same length, so the same text size) and the index re-hashed, the claims left as they were.
+    verify in the same process must parse the edited text, not hand back the parse it kept: the sass stage's files
+    now give a failure that pack.json does not claim."""
+    dump = quick / "sass" / "evpack._C.sass.xz"
+    text = lzma.decompress(dump.read_bytes()).decode()
+    m = re.search(r"HGMMA\.\d+x\d+x\d+\.F32", text)
+    assert m, "the attack needs an HGMMA with F32 accumulation in the dump"
+    edited = text[:m.end() - 3] + "F16" + text[m.end():]
+    assert len(edited) == len(text) and edited != text
+    write_stored(dump, edited.encode())
+    forge(quick)  # re-indexed, unsigned; the claims as the pack had them
+    problems = _problems(quick)
+    assert "stage sass: pack.json says pass but its files give fail" in problems, problems
+    assert any(p.startswith("gate sass_tensor_proof: pack.json says pass") for p in problems), problems
