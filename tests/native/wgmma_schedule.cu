@@ -24,14 +24,15 @@ void walk(int batch, int heads, int seqlen, bool causal, int grid_max) {
   std::vector<int> cover(items * ((seqlen + kBlockN - 1) / kBlockN + 1), 0);
   const int stride = (seqlen + kBlockN - 1) / kBlockN + 1;
   int bad_ranges = 0, max_pieces_per_cta = 0, max_tiles_per_cta = 0, pieces = 0;
-  long long max_load = 0, total_load = 0;
+  long long max_load = 0;
   for (int b = 0; b < grid; ++b) {
     int own_pieces = 0, own_tiles = 0;
     long long load = 0;
     for (int tile = b; sched.valid(tile); tile += grid) {
       evpack::wgmma::TileCoord c = sched.coord(tile);
       if (!kSplit) c.kv_begin = 0, c.kv_end = sched.kv_tiles(c.m_block);
-      const int groups = c.m_block == n_m - 1 ? kBlockM / 64 - Sched::idle_consumers(seqlen) : kBlockM / 64;
+      constexpr int kGroups = kBlockM / evpack::wgmma::kRowsPerConsumer;
+      const int groups = c.m_block == n_m - 1 ? kGroups - Sched::idle_consumers(seqlen) : kGroups;
       load += static_cast<long long>(groups) * (c.kv_end - c.kv_begin);
       if (c.kv_begin < 0 || c.kv_end <= c.kv_begin || c.kv_end > sched.kv_tiles(c.m_block)) ++bad_ranges;
       const long long at = (static_cast<long long>(c.bh) * n_m + c.m_block) * stride;
@@ -42,7 +43,6 @@ void walk(int batch, int heads, int seqlen, bool causal, int grid_max) {
     max_pieces_per_cta = own_pieces > max_pieces_per_cta ? own_pieces : max_pieces_per_cta;
     max_tiles_per_cta = own_tiles > max_tiles_per_cta ? own_tiles : max_tiles_per_cta;
     max_load = load > max_load ? load : max_load;
-    total_load += load;
   }
   long long covered_once = 0, miscovered = 0;
   for (long long item = 0; item < items; ++item) {
@@ -53,9 +53,9 @@ void walk(int batch, int heads, int seqlen, bool causal, int grid_max) {
   }
   std::printf("{\"items\": %lld, \"whole_items\": %lld, \"splits\": %d, \"grid\": %d, \"pieces\": %d, "
               "\"max_pieces_per_cta\": %d, \"max_tiles_per_cta\": %d, \"covered_once\": %lld, \"miscovered\": %lld, "
-              "\"bad_ranges\": %d, \"max_load\": %lld, \"total_load\": %lld}\n",
+              "\"bad_ranges\": %d, \"max_load\": %lld}\n",
               items, split.whole_items, split.splits, grid, pieces, max_pieces_per_cta, max_tiles_per_cta, covered_once,
-              miscovered, bad_ranges, max_load, total_load);
+              miscovered, bad_ranges, max_load);
 }
 
 int main() {

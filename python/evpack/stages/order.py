@@ -35,6 +35,9 @@ class StageSpec:
     after: tuple[str, ...] = ()  # ordering only: starts once these finished (ran, failed or were skipped)
     alone: bool = False  # nothing else runs beside it (the benchmark: timing)
     reads_stages: bool = False  # derive() reads other stages' outcomes (the canary matrix)
+    # verify derives it in its own process while the other stages run in forked workers, so what it parsed stays
+    # there for the readers after it (the SASS dump, which the incremental keys read again: parsers/sass)
+    derive_in_parent: bool = False
     # its process starts when the GPU checks start and prepares (imports, CUDA context) until its turn
     # (runner.WarmStage; the stage module's prepare(options))
     warm_start: bool = False
@@ -51,7 +54,7 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("ptxas", ("build",), CPU, 300, ("table.csv", "table.json")),
     StageSpec("sass", ("build",), CPU, 900,
               ("run.json", "*.sass.?z", "table.csv", "table.json", "histogram.csv*", "histogram.json"),
-              "binary.json"),
+              "binary.json", derive_in_parent=True),
     StageSpec("tensor_proof", ("build",), GPU_EXCLUSIVE, 900, ("procs.json",), "binary.json",
               ("canary_decoy_hmma", "canary_triton_decoy", "canary_foreign_work")),
     StageSpec("sanitize", ("build",), GPU_SHARED, 900, ("procs.json", "run.json"), "binary.json"),

@@ -66,9 +66,7 @@ def required_files(stage_dir: Path) -> tuple[str, ...]:
     return REQUIRED_FILES + named
 BINARY_RECORD = SPEC.binary_record  # the record of the binary a passing stage loaded
 SCHEMA_VERSION = 1
-# verify derives this stage in its own process while the other stages run in forked workers, so the dump parsed
-# here is parsed once: the incremental keys read the same dump after it (derivation._derive_parallel, parsers/sass)
-DERIVE_IN_PARENT = True
+DERIVE_IN_PARENT = SPEC.derive_in_parent  # the dump parsed here is parsed once per verify (derivation._derive_parallel)
 # A quick pack's dump is 34 MB of text (53 kernels x 4 archs, CUDA 13.0): 2.8 MB gzip-compressed, 0.65 MB in xz
 # (packfs.XZ_PRESET); the pack keeps cuobjdump's stdout byte for byte inside an xz stream (no timestamp:
 # reproducible bytes). Packs before the 8 MB pack limit hold .sass.gz; run.json names the file either way.
