@@ -40,10 +40,6 @@
 #include "wgmma/scheduler.cuh"
 #include "wgmma/tma_maps.cuh"
 
-#ifndef EVPACK_WGMMA_PDL
-#define EVPACK_WGMMA_PDL 0  // measurement switch: launch with programmatic dependent launch
-#endif
-
 namespace evpack {
 namespace wgmma {
 
@@ -65,12 +61,6 @@ __global__ void __launch_bounds__(Shape<Cfg, kHeadDim>::kThreads, 1)
     hopper::fence_barrier_init();
   }
   __syncthreads();
-#if EVPACK_WGMMA_PDL
-  // Launched with programmatic stream serialization: the set-up above may overlap the previous kernel's end;
-  // nothing is read or written in global memory before that kernel has completed and flushed.
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
 
   if (warpgroup == 0) {
     hopper::setmaxnreg_dec<S::kProducerRegs>();
@@ -112,22 +102,7 @@ cudaError_t launch(const FwdParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(work < sms ? work : sms));
   maps.head_major = p.causal && detail::causal_head_major(n_m, p.batch * p.heads, static_cast<int>(grid.x),
                                                           p.seqlen, S::kBlockM, S::kBlockN);
-#if EVPACK_WGMMA_PDL
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(S::kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  err = cudaLaunchKernelEx(&cfg, kernel, p, maps);
-  if (err != cudaSuccess) return err;
-#else
   kernel<<<grid, S::kThreads, smem, stream>>>(p, maps);
-#endif
   return cudaGetLastError();
 }
 
