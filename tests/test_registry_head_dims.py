@@ -26,11 +26,12 @@ def test_the_narrow_config_serves_its_head_dims_only():
     grid = {(v.name, c.name, dt, d) for v, c, dt, d in registry.kernel_grid()}
     assert {("wgmma", NARROW.name, dt, 64) for dt in WGMMA.dtypes} <= grid
     assert not {k for k in grid if k[1] == NARROW.name and k[3] != 64}
-    # the narrow configs are the three-warpgroup ones (with and without the tail split), both at D=64 only; every
-    # other config of every variant still serves every head dim of its variant
+    # the narrow configs are the three-warpgroup ones (with and without the tail split) and the one-warpgroup one,
+    # all at D=64 only; every other config of every variant still serves every head dim of its variant
     narrow = [(v.name, c) for v in registry.variants(True) for c in v.configs if c.head_dims]
     assert [(v, c.name, c.head_dims) for v, c in narrow] == [("wgmma", "m192n128w16s2", (64,)),
-                                                             ("wgmma", "m192n128w16s2t", (64,))]
+                                                             ("wgmma", "m192n128w16s2t", (64,)),
+                                                             ("wgmma", "m64n128w8s2", (64,))]
     assert all(c.serves(d) for v in registry.variants(True) for c in v.configs if not c.head_dims
                for d in v.head_dims)
 

@@ -10,7 +10,7 @@
 //   wgmma/tma_maps.cuh   host: the TMA descriptors
 //
 // Grid: one CTA per SM (fewer if there is less work). One CTA = 1 + BLOCK_M / 64 warpgroups (Cfg::kWarps / 4;
-// BLOCK_M 128: two consumers, 192: three, which fit head_dim 64 only):
+// BLOCK_M 64: one consumer, 128: two, 192: three, which fit head_dim 64 only):
 //   warpgroup 0    producer: setmaxnreg down to 24 (32 beside three consumers); one thread issues the TMA loads.
 //   warpgroup 1+c  consumer c: setmaxnreg up to 240 (160 for three); owns query rows [64 c, 64 c + 64) of an item.
 // Registers of one consumer thread (warp w of its warpgroup, lane = 4 g + t):
@@ -20,7 +20,8 @@
 //   m, l (2)               fp32   running max (raw score units) and partial row sums of rows g, g + 8
 // Masks: keys >= seqlen (TMA zero-fills rows past the tensor; their scores are set to -inf) and, causal
 // (top-left), keys > row; only tiles that cross seqlen or a warpgroup's diagonal pay for the mask. A consumer
-// warpgroup whose 64 rows all lie past seqlen skips the item (mainloop.cuh, pass_tiles); other rows past seqlen
+// warpgroup whose 64 rows all lie past seqlen skips the item (mainloop.cuh, pass_tiles); in the tail-split config,
+// causal, one stops at its own last row's key tile and passes the block's later tiles on; other rows past seqlen
 // are computed on zero-filled Q and never stored (TMA clips the store).
 // Alternatives measured slower on the H200 left the tree (bench/NOTES.md, wgmma sections 2, 5 and 6; the
 // commit history keeps their code).

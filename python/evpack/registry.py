@@ -167,9 +167,13 @@ VARIANTS: tuple[Variant, ...] = (
         #   the causal mask, slower with it (bench/NOTES.md, wgmma section 6); the dispatch table picks per shape.
         # m192n128w16s2t: the same, and a non-causal launch whose last round would leave half the grid idle
         #   splits that round's items into pieces of their K/V tiles (bench/NOTES.md, wgmma sections 9 and 11):
-        #   faster at S >= 2048, slower where no split is taken, so it is a config of its own.
+        #   faster at S >= 2048, slower where no split is taken, so it is a config of its own. Causal, each of its
+        #   consumer warpgroups stops at its own last row's key tile (wgmma section 13; in the others it cost the
+        #   rows without the mask, section 12).
+        # m64n128w8s2: one consumer warpgroup of 64 rows: twice the work items of m128, for launches whose 128-row
+        #   items would leave SMs idle (B2 H8 S512: 64 items of 128 rows, 128 of 64; bench/NOTES.md, wgmma section 13).
         configs=(_cfg(128, 128, 12, 2), _cfg(192, 128, 16, 2, head_dims=(64,)),
-                 _cfg(192, 128, 16, 2, head_dims=(64,), tail_split=True)),
+                 _cfg(192, 128, 16, 2, head_dims=(64,), tail_split=True), _cfg(64, 128, 8, 2, head_dims=(64,))),
         description="FlashAttention-3 design for sm_90a: a TMA producer warp, K/V ring on mbarriers, "
         "two consumer warpgroups on wgmma (Q.K^T from shared memory, P.V with P in registers), "
         "setmaxnreg 24/240, exp2 softmax overlapped with the previous tile's P.V",

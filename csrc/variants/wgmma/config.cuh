@@ -48,6 +48,9 @@ struct Shape {
   static constexpr int kMaxSmem = 227 * 1024;                // sm_90 opt-in limit per block
   static constexpr int kStages = Cfg::kStages;  // K/V ring depth
   static constexpr bool kTailSplit = Cfg::kTailSplit;  // the last round may be split (scheduler.cuh)
+  // Causal: a consumer warpgroup stops at its own last row's key tile (mainloop.cuh). In the long-sequence config
+  // only: the other configs keep the code they had (bench/NOTES.md, wgmma sections 12 and 13).
+  static constexpr bool kCausalStop = kTailSplit;
   static constexpr int kSmemTiles = 3 * kQBytes /* 2 Q, O */ + 2 * kStages * kKVBytes;
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + kSmemTiles + 1024 /* barriers */;
 

@@ -9,7 +9,7 @@
 //   softmax(rS) (softmax.cuh); wait for P.V_{j-1}; rO *= alpha; rP = T(P)
 // The consumers take turns to issue their wgmmas (pingpong, named barriers), so one's softmax overlaps the
 // others' matrix work. A consumer whose rows all lie past seqlen computes nothing and only takes its turns
-// (pass_tiles).
+// (pass_tiles); with kCausalStop, causal, one passes the tiles past its own last row's key on the same way.
 #pragma once
 
 #include <cstdint>
@@ -140,8 +140,8 @@ struct Turns {
 template <class S, int kConsumers>
 __device__ __forceinline__ void pass_tiles(const Ring<S::kStages>& k_ring, const Ring<S::kStages>& v_ring,
                                            const PipelineState<S::kStages>& kv, int n, const Turns<kConsumers>& turn,
-                                           int lane) {
-  for (int j = 0; j < n; ++j) {
+                                           int lane, int j0 = 0) {
+  for (int j = j0; j < n; ++j) {
     const PipelineState<S::kStages> cur = kv.at(j);
     k_ring.wait(cur);
     turn.wait();
@@ -197,6 +197,13 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
       continue;
     }
 
+    // Causal, in a config with kCausalStop: this warpgroup computes the tiles up to its last row's key only and
+    // takes its turns for the block's later tiles, which only the block's later warpgroups need.
+    int n_own = n_tiles;
+    if constexpr (S::kCausalStop) {
+      if (p.causal) n_own = min(n_tiles, (min(p.seqlen, first_row + kRowsPerConsumer) + kBlockN - 1) / kBlockN);
+    }
+
     // K/V tile 0: S alone, then its softmax.
     softmax.reset();
 #pragma unroll
@@ -209,12 +216,12 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
     hopper::wgmma_wait<0>();
     hopper::fence_operands(rS);
     k_ring.release(kv, lane);
-    if (n_tiles == 1) q_ring.release(qs, lane);
+    if (n_own == 1) q_ring.release(qs, lane);
     scores_to_p(n_begin, first_row, alpha);
     mma.convert(rP, rS);
 
     // K/V tiles 1..n-1: S_j and P_{j-1}.V_{j-1} in flight together; the softmax of S_j overlaps P.V.
-    for (int j = 1; j < n_tiles; ++j) {
+    for (int j = 1; j < n_own; ++j) {
       const PipelineState<S::kStages> cur = kv.at(j), prev = kv.at(j - 1);
       k_ring.wait(cur);
       v_ring.wait(prev);
@@ -225,7 +232,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
       hopper::wgmma_wait<1>();  // S_j done (groups complete in order); P.V_{j-1} may still run
       hopper::fence_operands(rS);
       k_ring.release(cur, lane);
-      if (j == n_tiles - 1) q_ring.release(qs, lane);  // the producer may load a later work item's Q
+      if (j == n_own - 1) q_ring.release(qs, lane);  // the producer may load a later work item's Q
       scores_to_p(n_begin + j * kBlockN, first_row, alpha);
       hopper::wgmma_wait<0>();  // P.V_{j-1} done: rO and rP are ours again
       hopper::fence_operands(rO);
@@ -236,7 +243,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
     }
 
     // The last P.V, then the epilogue.
-    const PipelineState<S::kStages> last = kv.at(n_tiles - 1);
+    const PipelineState<S::kStages> last = kv.at(n_own - 1);
     v_ring.wait(last);
     turn.wait();
     mma.pv(rO, rP, last.slot());
@@ -244,6 +251,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const TmaMaps&
     hopper::wgmma_wait<0>();
     hopper::fence_operands(rO);
     v_ring.release(last, lane);
+    if constexpr (S::kCausalStop) pass_tiles<S>(k_ring, v_ring, kv, n_tiles, turn, lane, n_own);
     kv.advance(n_tiles);
     // A piece of a split item: only the piece that finishes last stores, the merge of them all.
     if constexpr (S::kTailSplit) {
