@@ -3,6 +3,8 @@ variant x config (one process per cell, on the same release binary that is bench
 each tool's canary, which it must flag for the gate to count as live."""
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 from .. import registry
@@ -98,7 +100,9 @@ def derive(stage_dir: Path, pack_dir: Path) -> StageOutcome:
         return StageOutcome(ERROR, "no sanitizer cell ran", {"cells": [], "canaries": canaries})
     status = worst(c.status for c in cells)
     bad = [c for c in cells if c.status != PASS]
-    total_s = round(sum(r.duration_s for r in procs.values()), 1)
+    # math.fsum: the correctly rounded sum, whatever the cells' order or the Python (3.12's sum() compensates, 3.11's
+    # does not: 856.95 rounded to 857.0 on one and 856.9 on the other, and verify then saw a mismatch)
+    total_s = round(math.fsum(r.duration_s for r in procs.values()), 1)
     reason = (f"{len(bad)}/{len(cells)} cells not clean, first: {bad[0].tool} {bad[0].variant}/"
               f"{bad[0].config}: {bad[0].reason}") if bad else \
         f"{len(cells)} (tool, variant, config) cells clean"
