@@ -85,36 +85,33 @@ def measure(fn, sets, flat, backend, calls: int, raise_first: bool, cycles_per_s
         prof.export_chrome_trace(str(trace))
         kernels = _kernels(trace)
     event_us = [a.elapsed_time(b) * 1e3 for a, b in events]
-    spin = next(i for i, k in enumerate(kernels) if "sleep" in k[0].lower() or "spin" in k[0].lower())
-    after = kernels[spin + 1:]
-    is_raise = [("index" in name.lower()) for name, _, _ in after] if raise_first else [False] * len(after)
-    call_kernels: list[list[tuple[str, float, float]]] = []
+    spin = next((i for i, k in enumerate(kernels) if "sleep" in k[0].lower() or "spin" in k[0].lower()), None)
+    if spin is None:
+        raise SystemExit("launch_gap: the profile holds no spin kernel; the trace is not the one enqueued")
+    # each call as the range [first, last] of its kernels' positions in `kernels` (the spin kernel comes first)
+    spans: list[list[int]] = []
     if raise_first:
-        for k, r in zip(after, is_raise, strict=True):
-            if r:
-                call_kernels.append([])
-            elif call_kernels:
-                call_kernels[-1].append(k)
+        for i in range(spin + 1, len(kernels)):
+            if "index" in kernels[i][0].lower():
+                spans.append([])
+            elif spans:
+                spans[-1].append(i)
     else:
-        per = max(1, len(after) // calls)
-        call_kernels = [after[i * per:(i + 1) * per] for i in range(calls)]
+        per = max(1, (len(kernels) - spin - 1) // calls)
+        spans = [list(range(spin + 1 + c * per, spin + 1 + (c + 1) * per)) for c in range(calls)]
     pre, post, dur, names = [], [], [], set()
-    for ks in call_kernels:
-        if not ks:
-            continue
-        first = after.index(ks[0])
-        last = after.index(ks[-1])
-        prev_end = after[first - 1][2] if first > 0 else kernels[spin][2]
-        pre.append(ks[0][1] - prev_end)
-        if last + 1 < len(after):
-            post.append(after[last + 1][1] - ks[-1][2])
-        dur.append(sum(k[2] - k[1] for k in ks))
-        names.update(k[0][:60] for k in ks)
+    for span in (s for s in spans if s):
+        first, last = span[0], span[-1]
+        pre.append(kernels[first][1] - kernels[first - 1][2])
+        if last + 1 < len(kernels):
+            post.append(kernels[last + 1][1] - kernels[last][2])
+        dur.append(sum(kernels[i][2] - kernels[i][1] for i in span))
+        names.update(kernels[i][0][:60] for i in span)
     med = statistics.median
     return dict(event_us=round(med(event_us), 2), kernel_us=round(med(dur), 2) if dur else None,
-                kernels_per_call=round(sum(len(k) for k in call_kernels) / max(len(call_kernels), 1), 2),
+                kernels_per_call=round(sum(len(k) for k in spans) / max(len(spans), 1), 2),
                 gap_before_us=round(med(pre), 2) if pre else None, gap_after_us=round(med(post), 2) if post else None,
-                span_us=round(med(event_us) - med(dur), 2) if dur else None, calls=len(call_kernels),
+                span_us=round(med(event_us) - med(dur), 2) if dur else None, calls=len(spans),
                 kernel_names=sorted(names))
 
 
