@@ -4,7 +4,6 @@ each tool's canary, which it must flag for the gate to count as live."""
 from __future__ import annotations
 
 import math
-
 from pathlib import Path
 
 from .. import registry
