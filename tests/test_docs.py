@@ -299,15 +299,24 @@ def test_python_api_doc_says_what_the_dispatch_table_says():
     table = dispatch.load_table()
     assert table is not None
     region = _region(API_DOC.read_text(), "dispatch")
-    rows = set()
+    rows, exact = set(), set()
     for line in region.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 9 and cells[0] in registry.DTYPES:
+        if len(cells) != 9 or cells[0] not in registry.DTYPES:
+            continue
+        causal = cells[2] == "yes"
+        if cells[3] in dispatch.SIZES:  # the class table
             variant, config = cells[5].strip("`").split()
-            rows.add((cells[0], int(cells[1]), cells[2] == "yes", cells[3], cells[4], variant, config))
+            rows.add((cells[0], int(cells[1]), causal, cells[3], cells[4], variant, config))
+        else:  # the measured-shape table: batch, heads, seq len, then the kernel
+            variant, config = cells[6].strip("`").split()
+            exact.add((cells[0], int(cells[1]), causal, int(cells[3]), int(cells[4]), int(cells[5]), variant, config))
     want = {(c["dtype"], c["head_dim"], c["causal"], c["size"], c["seq"], c["variant"], c["config"])
             for d in table["devices"] for c in d["choices"]}
     assert rows == want
+    want_exact = {(e["dtype"], e["head_dim"], e["causal"], e["batch"], e["heads"], e["seqlen"], e["variant"],
+                   e["config"]) for d in table["devices"] for e in d["exact"]}
+    assert want_exact and exact == want_exact
     assert table["source_pack"] in region
     assert set(docsgen.PACK_ID.findall(region)) == {table["source_pack"]}
     fb_variant, fb_config = dispatch.fallback()

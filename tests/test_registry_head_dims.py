@@ -69,7 +69,7 @@ def test_the_python_api_refuses_the_config_at_another_head_dim_in_one_line():
 def test_a_table_choice_of_the_config_for_another_head_dim_falls_back():
     table = json.loads(dispatch.TABLE_PATH.read_text(encoding="utf-8"))
     bad = json.loads(json.dumps(table))
-    for c in bad["devices"][0]["choices"]:
+    for c in (*bad["devices"][0]["choices"], *bad["devices"][0]["exact"]):
         c["variant"], c["config"] = "wgmma", NARROW.name
     h200 = {"device_name": bad["devices"][0]["name"], "capability": bad["devices"][0]["capability"], "sm_count": 132}
     assert dispatch.pick(bad, **h200, dtype="fp16", head_dim=64, causal=False, batch=16, heads=16, seqlen=512)[:2] == \

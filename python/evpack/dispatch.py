@@ -14,6 +14,12 @@ For each class present in the pack, the candidates are the pack's own kernel row
 benchmark's primary mode) that ran `ok` with an output error within the row's bound, on every shape of
 the class; the winner has the smallest geometric mean of the median times over those shapes. Only a
 pack labelled `evidence:complete` (every gate ran on a GPU and passed) is a source.
+
+A shape the pack measured is not left to its class: the table also holds, per measured shape, the kernel
+with the smallest median there (`exact`), and `pick` answers a call of exactly that shape on the same device
+(name and SM count) with it. A class is an estimate for the shapes nobody timed; where the pack timed the
+shape itself, its own fastest kernel is the default (a class geomean can prefer a kernel that is not the
+fastest on any one of its shapes).
 """
 from __future__ import annotations
 
@@ -30,7 +36,8 @@ from .records.dispatch import DeviceEntry, DispatchTable
 from .records.pack import PackJson
 from .records.view import view
 
-TABLE_SCHEMA_VERSION = 3  # 2: the shape class has a sequence bucket (seq); 3: seq "very long"; older ones not read
+TABLE_SCHEMA_VERSION = 4  # 2: the shape class has a sequence bucket (seq); 3: seq "very long"; 4: exact shapes
+READABLE_VERSIONS = (3, 4)  # a version-3 table has no exact shapes: every call falls to its class; older: not read
 SHORT_SEQ = 256
 LONG_SEQ = 1024
 TABLE_PATH = Path(__file__).with_name("dispatch_table.json")
@@ -105,7 +112,9 @@ def _generate(pack_dir: Path) -> dict:
     mode = summary.primary_mode
     rows = [r for r in summary.rows if r.impl == "evpack" and r.mode == mode]
     by_class: dict[ShapeClass, dict[str, dict[tuple[str, str], float]]] = {}
+    dims: dict[str, tuple] = {}
     for r in rows:
+        dims[r.shape] = (r.dtype, int(r.D), bool(r.causal), int(r.B), int(r.H), int(r.S))
         sc = shape_class(dtype=r.dtype, head_dim=r.D, causal=r.causal, batch=r.B, heads=r.H, seqlen=r.S,
                          sm_count=device.sm_count)
         cell = by_class.setdefault(sc, {}).setdefault(r.shape, {})
@@ -125,6 +134,20 @@ def _generate(pack_dir: Path) -> dict:
                                       {"variant": runner[1][0], "config": runner[1][1],
                                        "geomean_us": round(runner[0], 3)}),
                         "candidates": len(scored), "shapes": sorted(shapes)})
+    exact = []
+    for shape in sorted(dims):
+        cell = next(shapes[shape] for shapes in by_class.values() if shape in shapes)
+        ranked = sorted((us, vc) for vc, us in cell.items())
+        if not ranked:
+            continue
+        dtype, head_dim, causal, batch, heads, seqlen = dims[shape]
+        (best_us, (variant, config)), runner = ranked[0], ranked[1] if len(ranked) > 1 else None
+        exact.append({"shape": shape, "dtype": dtype, "head_dim": head_dim, "causal": causal, "batch": batch,
+                      "heads": heads, "seqlen": seqlen, "variant": variant, "config": config,
+                      "median_us": round(best_us, 3),
+                      "runner_up": (None if runner is None else
+                                    {"variant": runner[1][0], "config": runner[1][1], "median_us": round(runner[0], 3)}),
+                      "candidates": len(ranked)})
     return {
         "schema_version": TABLE_SCHEMA_VERSION,
         "generated_by": "evpack.dispatch.generate_table",
@@ -135,9 +158,11 @@ def _generate(pack_dir: Path) -> dict:
         "rule": "per shape class, the evpack (variant, config) with the smallest geometric mean of median "
                 "times over the class's shapes, among those that ran ok within their error bound on all of them; "
                 f"size 'small' when batch*heads < the device's SM count; seq 'short' when S <= {SHORT_SEQ}, "
-                f"'long' when S <= {LONG_SEQ}, 'very long' above",
+                f"'long' when S <= {LONG_SEQ}, 'very long' above; a shape the pack measured itself (exact: same "
+                "batch, heads, sequence, head dim, dtype and mask, on a device of the same name and SM count) gets "
+                "the kernel with the smallest median there",
         "devices": [{"name": device.name, "capability": str(device.capability),
-                     "sm_count": int(device.sm_count), "choices": choices}],
+                     "sm_count": int(device.sm_count), "choices": choices, "exact": exact}],
     }
 
 
@@ -162,7 +187,7 @@ def load_table(path: Path | None = None) -> dict | None:
         table = read_json(path or TABLE_PATH)
     except (OSError, ValueError):
         return None
-    return table if isinstance(table, dict) and view(DispatchTable, table).schema_version == TABLE_SCHEMA_VERSION else None
+    return table if isinstance(table, dict) and view(DispatchTable, table).schema_version in READABLE_VERSIONS else None
 
 
 def fallback() -> tuple[str, str]:
@@ -176,26 +201,35 @@ def _device_entry(table: DispatchTable, name: str | None, capability: str) -> De
     return next((d for d in devices if d.name == name), devices[0] if devices else None)
 
 
+def _serves(variant: str, config: str, dtype: str, head_dim: int) -> bool:
+    """A registered variant and config that take this dtype and head dim."""
+    try:
+        var = registry.get(variant)
+        cfg = var.config(config)
+    except ValueError:
+        return False
+    return dtype in var.dtypes and cfg in var.configs_for(head_dim)
+
+
 def pick(table: dict | None, *, device_name: str | None, capability: str, sm_count: int, dtype: str,
          head_dim: int, causal: bool, batch: int, heads: int, seqlen: int) -> tuple[str, str, str]:
-    """(variant, config, why). The table's choice for this device (same capability, the same name first) and
+    """(variant, config, why). For this device (same capability, the same name first): the table's measured
+    choice for exactly this shape when the device's name and SM count are the pack's, else its choice for the
     shape class, if it names a registered variant and config that support the dtype and head dim; else the
     registry's first tensor variant."""
     tbl = view(DispatchTable, table)
     entry = _device_entry(tbl, device_name, capability) if table else None
     if entry is not None:
+        if entry.name == device_name and entry.sm_count == sm_count:
+            want = (dtype, int(head_dim), bool(causal), int(batch), int(heads), int(seqlen))
+            e = next((e for e in entry.exact if e.dims == want), None)
+            if e is not None and _serves(e.variant, e.config, dtype, head_dim):
+                return e.variant, e.config, f"table {tbl.source_pack}: measured shape {e.shape} on {entry.name}"
         sc = shape_class(dtype=dtype, head_dim=head_dim, causal=causal, batch=batch, heads=heads, seqlen=seqlen,
                          sm_count=sm_count)
-        for c in entry.choices:
-            if c.shape_class != (sc.dtype, sc.head_dim, sc.causal, sc.size, sc.seq):
-                continue
-            try:
-                var = registry.get(c.variant)
-                cfg = var.config(c.config)
-            except ValueError:
-                break
-            if dtype in var.dtypes and cfg in var.configs_for(head_dim):
-                return var.name, c.config, f"table {tbl.source_pack}: {sc.key()} on {entry.name}"
-            break
+        c = next((c for c in entry.choices if c.shape_class == (sc.dtype, sc.head_dim, sc.causal, sc.size, sc.seq)),
+                 None)
+        if c is not None and _serves(c.variant, c.config, dtype, head_dim):
+            return c.variant, c.config, f"table {tbl.source_pack}: {sc.key()} on {entry.name}"
     variant, config = fallback()
     return variant, config, "registry default (no table row for this device and shape class)"

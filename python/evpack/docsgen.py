@@ -365,6 +365,19 @@ def gen_dispatch(ctx: Ctx) -> str:
         out.append(table(("dtype", "head dim", "causal", "size", "seq", "default kernel", "geomean", "runner-up",
                           "shapes measured"), rows))
         out.append("")
+        if dev.exact:
+            out.append(f"A call of exactly a shape the pack measured, on a device named {text(dev.name)} with "
+                       f"{text(dev.sm_count)} SMs, gets that shape's fastest kernel instead of its class's:")
+            out.append("")
+            rows = []
+            for e in dev.exact:
+                ru = e.runner_up
+                runner = f"{code(ru.variant + ' ' + ru.config)} {ru.median_us} µs" if ru.raw else "none"
+                rows.append((text(e.dtype), str(e.head_dim), "yes" if e.causal else "no", str(e.batch), str(e.heads),
+                             str(e.seqlen), code(f"{e.variant} {e.config}"), f"{e.median_us} µs", runner))
+            out.append(table(("dtype", "head dim", "causal", "batch", "heads", "seq len", "default kernel", "median",
+                              "runner-up"), rows))
+            out.append("")
     out.append(fallback)
     return "\n".join(out)
 
@@ -459,7 +472,7 @@ def default_claim_problems(prose: str, table_: dict | None) -> list[str]:
     """Prose paragraphs that speak of the default kernel (the word 'default' or the dispatch table) must name
     only kernels the table chooses (or the registry fallback) and only the table's source pack."""
     tbl = view(DispatchTable, table_)
-    chosen = {c.kernel for d in tbl.devices for c in d.choices}
+    chosen = {c.kernel for d in tbl.devices for c in (*d.choices, *d.exact)}
     chosen.add(dispatch.fallback())
     source = tbl.source_pack
     names = "|".join(sorted((re.escape(v.name) for v in registry.VARIANTS), key=len, reverse=True))

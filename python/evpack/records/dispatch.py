@@ -45,11 +45,49 @@ class Choice(View):
 
 
 @dataclass(frozen=True)
+class ExactRunnerUp(View):
+    """A measured shape's second-fastest kernel (an empty view when one kernel ran there)."""
+
+    variant: Any
+    config: Any
+    median_us: Any
+    raw: Mapping
+
+
+@dataclass(frozen=True)
+class ExactChoice(View):
+    """One shape the source pack measured and its fastest kernel there (tables of schema 4 and later)."""
+
+    shape: Any
+    dtype: Any
+    head_dim: Any
+    causal: Any
+    batch: Any
+    heads: Any
+    seqlen: Any
+    variant: Any
+    config: Any
+    median_us: Any
+    runner_up: ExactRunnerUp
+    candidates: Any
+    raw: Mapping
+
+    @property
+    def dims(self) -> tuple:
+        return self.dtype, self.head_dim, self.causal, self.batch, self.heads, self.seqlen
+
+    @property
+    def kernel(self) -> tuple:
+        return self.variant, self.config
+
+
+@dataclass(frozen=True)
 class DeviceEntry(View):
     name: Any
     capability: Any
     sm_count: Any
     choices: tuple[Choice, ...]
+    exact: tuple[ExactChoice, ...]  # empty in a schema-3 table
     raw: Mapping
 
 
