@@ -112,12 +112,13 @@ def _generate(pack_dir: Path) -> dict:
     mode = summary.primary_mode
     rows = [r for r in summary.rows if r.impl == "evpack" and r.mode == mode]
     by_class: dict[ShapeClass, dict[str, dict[tuple[str, str], float]]] = {}
-    dims: dict[str, tuple] = {}
+    dims: dict[str, tuple] = {}  # shape -> (dtype, head dim, causal, batch, heads, seqlen)
+    cells: dict[str, dict[tuple[str, str], float]] = {}  # shape -> its timed kernels (the cell by_class holds)
     for r in rows:
         dims[r.shape] = (r.dtype, int(r.D), bool(r.causal), int(r.B), int(r.H), int(r.S))
         sc = shape_class(dtype=r.dtype, head_dim=r.D, causal=r.causal, batch=r.B, heads=r.H, seqlen=r.S,
                          sm_count=device.sm_count)
-        cell = by_class.setdefault(sc, {}).setdefault(r.shape, {})
+        cell = cells[r.shape] = by_class.setdefault(sc, {}).setdefault(r.shape, {})
         if r.status == "ok" and r.median_us and r.within_bound:
             cell[(r.variant, r.config)] = float(r.median_us)
     choices = []
@@ -136,8 +137,7 @@ def _generate(pack_dir: Path) -> dict:
                         "candidates": len(scored), "shapes": sorted(shapes)})
     exact = []
     for shape in sorted(dims):
-        cell = next(shapes[shape] for shapes in by_class.values() if shape in shapes)
-        ranked = sorted((us, vc) for vc, us in cell.items())
+        ranked = sorted((us, vc) for vc, us in cells[shape].items())
         if not ranked:
             continue
         dtype, head_dim, causal, batch, heads, seqlen = dims[shape]
