@@ -340,6 +340,15 @@ def gen_variants(ctx: Ctx) -> str:
                   "design"), rows)
 
 
+def _kernel_cells(row) -> tuple[str, str, str]:
+    """A dispatch row's dtype, head dim and mask as table cells."""
+    return text(row.dtype), str(row.head_dim), "yes" if row.causal else "no"
+
+
+def _runner_cell(ru, us) -> str:
+    return f"{code(ru.variant + ' ' + ru.config)} {us} µs" if ru.raw else "none"
+
+
 def gen_dispatch(ctx: Ctx) -> str:
     tbl = dispatch.load_table()
     fb_variant, fb_config = dispatch.fallback()
@@ -356,12 +365,8 @@ def gen_dispatch(ctx: Ctx) -> str:
     for dev in tbl.devices:
         out.append(f"**{text(dev.name)}** (compute capability {text(dev.capability)}, {text(dev.sm_count)} SMs):")
         out.append("")
-        rows = []
-        for c in dev.choices:
-            ru = c.runner_up
-            runner = f"{code(ru.variant + ' ' + ru.config)} {ru.geomean_us} µs" if ru.raw else "none"
-            rows.append((text(c.dtype), str(c.head_dim), "yes" if c.causal else "no", text(c.size), text(c.seq),
-                         code(f"{c.variant} {c.config}"), f"{c.geomean_us} µs", runner, str(len(c.shapes or []))))
+        rows = [(*_kernel_cells(c), text(c.size), text(c.seq), code(f"{c.variant} {c.config}"), f"{c.geomean_us} µs",
+                 _runner_cell(c.runner_up, c.runner_up.geomean_us), str(len(c.shapes or []))) for c in dev.choices]
         out.append(table(("dtype", "head dim", "causal", "size", "seq", "default kernel", "geomean", "runner-up",
                           "shapes measured"), rows))
         out.append("")
@@ -369,12 +374,8 @@ def gen_dispatch(ctx: Ctx) -> str:
             out.append(f"A call of exactly a shape the pack measured, on a device named {text(dev.name)} with "
                        f"{text(dev.sm_count)} SMs, gets that shape's fastest kernel instead of its class's:")
             out.append("")
-            rows = []
-            for e in dev.exact:
-                ru = e.runner_up
-                runner = f"{code(ru.variant + ' ' + ru.config)} {ru.median_us} µs" if ru.raw else "none"
-                rows.append((text(e.dtype), str(e.head_dim), "yes" if e.causal else "no", str(e.batch), str(e.heads),
-                             str(e.seqlen), code(f"{e.variant} {e.config}"), f"{e.median_us} µs", runner))
+            rows = [(*_kernel_cells(e), str(e.batch), str(e.heads), str(e.seqlen), code(f"{e.variant} {e.config}"),
+                     f"{e.median_us} µs", _runner_cell(e.runner_up, e.runner_up.median_us)) for e in dev.exact]
             out.append(table(("dtype", "head dim", "causal", "batch", "heads", "seq len", "default kernel", "median",
                               "runner-up"), rows))
             out.append("")
