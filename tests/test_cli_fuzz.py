@@ -103,9 +103,12 @@ def corrupt(pack: Path, rel: str, kind: str, data: st.DataObject, outside: Path)
     raw = path.read_bytes()
     is_json = rel.endswith(".json")
     if kind == "truncate":
-        if not raw:
+        # JSON's trailing white space is formatting: a cut must take at least one byte of the value itself (a
+        # cut of only the final newline left the same merged.json, which rightly verified)
+        content = len(raw.rstrip()) if is_json else len(raw)
+        if not content:
             return None
-        path.write_bytes(raw[:data.draw(st.integers(0, len(raw) - 1), label="cut")])
+        path.write_bytes(raw[:data.draw(st.integers(0, content - 1), label="cut")])
     elif kind == "deep":
         path.write_text("[" * DEEP + "]" * DEEP if data.draw(st.booleans(), label="closed") else "{\"a\":" * DEEP)
     elif kind in ("nonfinite", "duplicate_key", "wrong_type", "deep_inside"):
@@ -305,3 +308,18 @@ def test_a_gate_entry_of_pack_json_that_is_no_object(packs, tmp_path, entry):
         check_failure(code, out, err, what=f"{command} gates.{gate}={entry!r}")
     code, out, err = run("verify", str(pack), "--stage-package", FAKE)
     assert f"gate {gate}: pack.json says None but the files give" in out + err, out + err
+
+
+def test_only_formatting_cut_from_merged_json_is_the_same_verdict(verdict, tmp_path):
+    """The fuzzer's find: a cut of merged.json's final newline (index re-written) left the same JSON value, and
+    verify rightly passed it; one byte more, into the value, is a mismatch. The truncation above draws only cuts
+    of the second kind."""
+    folder = tmp_path / "verdict"
+    shutil.copytree(verdict, folder)
+    raw = (folder / "merged.json").read_bytes()
+    assert raw.endswith(b"\n") and not raw.rstrip().endswith(b"\n")
+    for cut, codes in ((len(raw) - 1, (0,)), (len(raw.rstrip()) - 1, (1,))):
+        (folder / "merged.json").write_bytes(raw[:cut])
+        rehash(folder)
+        code, out, err = run("verify", str(folder), "--stage-package", FAKE)
+        assert code in codes, f"cut at {cut} of {len(raw)}: exit {code}: {out}{err}"
