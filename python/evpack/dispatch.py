@@ -112,13 +112,13 @@ def _generate(pack_dir: Path) -> dict:
     mode = summary.primary_mode
     rows = [r for r in summary.rows if r.impl == "evpack" and r.mode == mode]
     by_class: dict[ShapeClass, dict[str, dict[tuple[str, str], float]]] = {}
-    dims: dict[str, tuple] = {}  # shape -> (dtype, head dim, causal, batch, heads, seqlen)
-    cells: dict[str, dict[tuple[str, str], float]] = {}  # shape -> its timed kernels (the cell by_class holds)
+    # shape -> ((dtype, head dim, causal, batch, heads, seqlen), its timed kernels: the cell by_class holds)
+    measured: dict[str, tuple[tuple, dict[tuple[str, str], float]]] = {}
     for r in rows:
-        dims[r.shape] = (r.dtype, int(r.D), bool(r.causal), int(r.B), int(r.H), int(r.S))
         sc = shape_class(dtype=r.dtype, head_dim=r.D, causal=r.causal, batch=r.B, heads=r.H, seqlen=r.S,
                          sm_count=device.sm_count)
-        cell = cells[r.shape] = by_class.setdefault(sc, {}).setdefault(r.shape, {})
+        cell = by_class.setdefault(sc, {}).setdefault(r.shape, {})
+        measured[r.shape] = ((r.dtype, int(r.D), bool(r.causal), int(r.B), int(r.H), int(r.S)), cell)
         if r.status == "ok" and r.median_us and r.within_bound:
             cell[(r.variant, r.config)] = float(r.median_us)
     choices = []
@@ -127,27 +127,16 @@ def _generate(pack_dir: Path) -> dict:
         common = set.intersection(*(set(c) for c in shapes.values()))
         if not common:
             continue
-        scored = sorted((math.exp(sum(math.log(shapes[s][vc]) for s in shapes) / len(shapes)), vc) for vc in common)
-        (best_us, (variant, config)), runner = scored[0], scored[1] if len(scored) > 1 else None
+        scored = [(math.exp(sum(math.log(shapes[s][vc]) for s in shapes) / len(shapes)), vc) for vc in common]
         choices.append({"dtype": sc.dtype, "head_dim": sc.head_dim, "causal": sc.causal, "size": sc.size, "seq": sc.seq,
-                        "variant": variant, "config": config, "geomean_us": round(best_us, 3),
-                        "runner_up": (None if runner is None else
-                                      {"variant": runner[1][0], "config": runner[1][1],
-                                       "geomean_us": round(runner[0], 3)}),
-                        "candidates": len(scored), "shapes": sorted(shapes)})
+                        **_winner(scored, "geomean_us"), "shapes": sorted(shapes)})
     exact = []
-    for shape in sorted(dims):
-        ranked = sorted((us, vc) for vc, us in cells[shape].items())
-        if not ranked:
-            continue
-        dtype, head_dim, causal, batch, heads, seqlen = dims[shape]
-        (best_us, (variant, config)), runner = ranked[0], ranked[1] if len(ranked) > 1 else None
-        exact.append({"shape": shape, "dtype": dtype, "head_dim": head_dim, "causal": causal, "batch": batch,
-                      "heads": heads, "seqlen": seqlen, "variant": variant, "config": config,
-                      "median_us": round(best_us, 3),
-                      "runner_up": (None if runner is None else
-                                    {"variant": runner[1][0], "config": runner[1][1], "median_us": round(runner[0], 3)}),
-                      "candidates": len(ranked)})
+    for shape in sorted(measured):
+        (dtype, head_dim, causal, batch, heads, seqlen), cell = measured[shape]
+        if cell:
+            exact.append({"shape": shape, "dtype": dtype, "head_dim": head_dim, "causal": causal, "batch": batch,
+                          "heads": heads, "seqlen": seqlen,
+                          **_winner([(us, vc) for vc, us in cell.items()], "median_us")})
     return {
         "schema_version": TABLE_SCHEMA_VERSION,
         "generated_by": "evpack.dispatch.generate_table",
@@ -164,6 +153,17 @@ def _generate(pack_dir: Path) -> dict:
         "devices": [{"name": device.name, "capability": str(device.capability),
                      "sm_count": int(device.sm_count), "choices": choices, "exact": exact}],
     }
+
+
+def _winner(scored: list[tuple[float, tuple[str, str]]], unit: str) -> dict:
+    """The fastest of (time, (variant, config)) pairs and the runner-up, as a table entry's fields (`unit`: the
+    name of the time: a class's geomean_us, a measured shape's median_us). Equal times: the first name in order."""
+    ranked = sorted(scored)
+    (best, (variant, config)), runner = ranked[0], ranked[1] if len(ranked) > 1 else None
+    return {"variant": variant, "config": config, unit: round(best, 3),
+            "runner_up": (None if runner is None else
+                          {"variant": runner[1][0], "config": runner[1][1], unit: round(runner[0], 3)}),
+            "candidates": len(ranked)}
 
 
 def table_text(table: dict) -> str:
